@@ -1,0 +1,238 @@
+package driver
+
+import (
+	"errors"
+	"fmt"
+)
+
+// IAAttr describes an adapter's limits and capabilities. Package dat uses
+// it to validate consumer requests and reports it through dat_ia_query.
+type IAAttr struct {
+	// Name of the adapter as the provider knows it (a device name or an
+	// address).
+	Name string
+	// Transport is the wire the adapter speaks.
+	Transport Transport
+	// MaxQPs is the number of QPs the adapter can create.
+	MaxQPs int
+	// MaxWRPerQP bounds max_request_dtos and max_recv_dtos.
+	MaxWRPerQP int
+	// MaxSGE bounds the IOV length of any DTO.
+	MaxSGE int
+	// MaxReadSGE bounds the local IOV of an RDMA Read (1 on iWARP/siw).
+	MaxReadSGE int
+	// MaxMessageSize is the largest Send/Recv message.
+	MaxMessageSize uint32
+	// MaxRDMASize is the largest RDMA Read or Write.
+	MaxRDMASize uint32
+	// MaxIRD and MaxORD bound outstanding inbound and outbound RDMA Reads
+	// per QP.
+	MaxIRD, MaxORD int
+	// MaxPrivateData is the largest consumer private data on connect,
+	// accept and reject for this transport.
+	MaxPrivateData int
+	// MaxSRQWR bounds the receives posted to one SRQ (0: no SRQ support).
+	MaxSRQWR int
+	// SRQPDDifference reports whether an EP may use a PD other than its
+	// SRQ's (DAT srq_ep_pz_difference_support).
+	SRQPDDifference bool
+	// MaxMR bounds registered regions; MaxMRSize bounds one region.
+	MaxMR     int
+	MaxMRSize uint64
+	// MemoryWindows reports RMR (memory window) support.
+	MemoryWindows bool
+}
+
+// Transport names the wire protocol of an adapter.
+type Transport int
+
+// Transports.
+const (
+	TransportIWARP Transport = iota + 1 // MPA/DDP/RDMAP over TCP
+	TransportIB                         // InfiniBand
+	TransportRoCE                       // RDMA over Converged Ethernet
+)
+
+func (t Transport) String() string {
+	switch t {
+	case TransportIWARP:
+		return "iwarp"
+	case TransportIB:
+		return "ib"
+	case TransportRoCE:
+		return "roce"
+	}
+	return fmt.Sprintf("Transport(%d)", int(t))
+}
+
+// Access is a set of memory access rights.
+type Access uint8
+
+// Access rights. Local read is always granted to the owner.
+const (
+	AccessLocalWrite  Access = 1 << iota // the adapter may write (Recv, Read sink)
+	AccessRemoteWrite                    // peers may RDMA Write
+	AccessRemoteRead                     // peers may RDMA Read
+)
+
+// QPConfig sizes a queue pair. Package dat derives it from the EP
+// attributes.
+type QPConfig struct {
+	PD  PD
+	SRQ SRQ // nil: the QP has its own receive queue
+	// MaxSendWR and MaxRecvWR bound outstanding work requests.
+	MaxSendWR, MaxRecvWR int
+	// MaxSendSGE and MaxRecvSGE bound IOV lengths.
+	MaxSendSGE, MaxRecvSGE int
+	// IRD and ORD are the RDMA Read depths: inbound (as target) and
+	// outbound (as originator).
+	IRD, ORD int
+	// MaxMessageSize and MaxRDMASize bound a single Send and RDMA.
+	MaxMessageSize, MaxRDMASize uint32
+}
+
+// SRQConfig sizes a shared receive queue.
+type SRQConfig struct {
+	MaxRecvWR  int
+	MaxRecvSGE int
+	// LowWatermark arms the low-watermark event at creation (0: off).
+	LowWatermark int
+}
+
+// ListenConfig describes a listener.
+type ListenConfig struct {
+	// Port is the connection qualifier (the TCP or rdma_cm port). Zero asks
+	// the provider to pick one.
+	Port uint16
+	// Backlog bounds requests that have arrived but are not yet accepted or
+	// rejected; arrivals beyond it are refused as non-peer rejects.
+	Backlog int
+	// SharePort asks for SO_REUSEPORT so several listeners (processes) may
+	// share the port.
+	SharePort bool
+}
+
+// ConnectResult is what the accepting peer sent back.
+type ConnectResult struct {
+	// PrivateData is the peer's accept private data.
+	PrivateData []byte
+}
+
+// SGE is one local segment of a work request: DAT's LMR triplet.
+type SGE struct {
+	Addr   uint64 // registered virtual address
+	Length uint32
+	LKey   uint32
+}
+
+// RemoteSegment names peer memory for RDMA: DAT's RMR triplet.
+type RemoteSegment struct {
+	Addr   uint64
+	Length uint32
+	RKey   uint32
+}
+
+// Opcode is a work request or completion type. Values match DAT_DTOS.
+type Opcode uint8
+
+// Opcodes.
+const (
+	OpSend      Opcode = 0
+	OpRDMAWrite Opcode = 1
+	OpRDMARead  Opcode = 2
+	OpRecv      Opcode = 3
+)
+
+// SendFlags modify a send-side work request.
+type SendFlags uint8
+
+// Send flags.
+const (
+	// SendSignaled asks for a completion on success. Failed requests
+	// always complete.
+	SendSignaled SendFlags = 1 << iota
+	// SendSolicited marks a Send as solicited (Send with SE).
+	SendSolicited
+	// SendFence delays the request until earlier RDMA Reads completed.
+	SendFence
+)
+
+// SendWR is a Send, RDMA Write or RDMA Read work request.
+type SendWR struct {
+	Cookie uint64
+	Op     Opcode
+	Flags  SendFlags
+	Local  []SGE
+	Remote RemoteSegment // RDMA Write and Read only
+}
+
+// RecvWR is a receive work request.
+type RecvWR struct {
+	Cookie uint64
+	Local  []SGE
+}
+
+// Status is a completion status. Values match DAT_DTO_COMPLETION_STATUS.
+type Status uint8
+
+// Completion statuses.
+const (
+	StatusSuccess          Status = 0
+	StatusFlushed          Status = 1
+	StatusLocalLength      Status = 2
+	StatusLocalEP          Status = 3
+	StatusLocalProtection  Status = 4
+	StatusBadResponse      Status = 5
+	StatusRemoteAccess     Status = 6
+	StatusRemoteResponder  Status = 7
+	StatusTransport        Status = 8
+	StatusReceiverNotReady Status = 9
+)
+
+// Completion reports a finished work request.
+type Completion struct {
+	Cookie uint64
+	Op     Opcode
+	Status Status
+	// Length is the number of bytes transferred (receives: the message
+	// length) on success.
+	Length uint32
+	// Solicited is set on a receive completed by a Send with SE.
+	Solicited bool
+	// Signaled is false for a successful send-side request posted without
+	// SendSignaled; package dat then suppresses the event.
+	Signaled bool
+}
+
+// Provider errors. Providers wrap these (fmt.Errorf("...: %w", ErrX)) so
+// package dat can map them to DAT return codes and connection events.
+var (
+	// ErrPortInUse: the connection qualifier is taken (DAT_CONN_QUAL_IN_USE).
+	ErrPortInUse = errors.New("port in use")
+	// ErrUnreachable: the remote host cannot be reached
+	// (DAT_CONNECTION_EVENT_UNREACHABLE).
+	ErrUnreachable = errors.New("remote host unreachable")
+	// ErrNotSupported: the adapter lacks the feature (DAT_MODEL_NOT_SUPPORTED).
+	ErrNotSupported = errors.New("not supported by the provider")
+	// ErrResources: out of adapter resources (DAT_INSUFFICIENT_RESOURCES).
+	ErrResources = errors.New("insufficient resources")
+	// ErrQueueFull: no room to post (DAT_INSUFFICIENT_RESOURCES).
+	ErrQueueFull = errors.New("work queue full")
+	// ErrNotConnected: the QP cannot carry the request in its state
+	// (DAT_INVALID_STATE).
+	ErrNotConnected = errors.New("queue pair not connected")
+	// ErrInvalidAddress: the address cannot be used (DAT_INVALID_ADDRESS).
+	ErrInvalidAddress = errors.New("invalid address")
+)
+
+// RejectError reports that the peer consumer refused a connection; it
+// carries the peer's reject private data. Failures that are not a peer's
+// decision (nobody listening, backlog full, protocol errors) are plain
+// errors and become non-peer rejects.
+type RejectError struct {
+	PrivateData []byte
+}
+
+func (e *RejectError) Error() string {
+	return fmt.Sprintf("connection rejected by peer (%d bytes of private data)", len(e.PrivateData))
+}

@@ -1,0 +1,296 @@
+package dat
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+
+	"github.com/rdmanet/rdmanet/dat/driver"
+)
+
+// Connect requests a connection to the IA at remote, on connection
+// qualifier qual (dat_ep_connect). On success the EP is
+// ACTIVE_CONNECTION_PENDING and the outcome arrives later on the connection
+// EVD: ESTABLISHED (with the peer's accept private data), PEER_REJECTED
+// (with its reject data), NON_PEER_REJECTED, UNREACHABLE or TIMED_OUT; all
+// but ESTABLISHED leave the EP DISCONNECTED.
+//
+// timeout is in microseconds (TimeoutInfinite: no limit) and must be
+// positive. privateData may be at most ProviderAttr.MaxPrivateDataSize
+// bytes. Only QoSBestEffort and ConnectDefault are supported
+// (DAT_MODEL_NOT_SUPPORTED otherwise).
+func (ep *EP) Connect(remote netip.Addr, qual ConnQual, timeout Timeout, privateData []byte, qos QoS, flags ConnectFlags) error {
+	const op = "dat_ep_connect"
+	if err := ep.lock(op); err != nil {
+		return err
+	}
+	defer ep.ia.mu.Unlock()
+	if !remote.IsValid() {
+		return newError(op, InvalidAddress, AddressMalformed, "remote IA address is not set")
+	}
+	if err := ep.connectArgs(op, qual, 3, timeout, 4, privateData, 6, qos, flags); err != nil {
+		return err
+	}
+	return ep.startConnectLocked(op, remote, qual, timeout, privateData)
+}
+
+// DupConnect connects the EP to the same remote end as the CONNECTED EP dup
+// (dat_ep_dup_connect): the same remote IA address and connection
+// qualifier that dup used. Outcomes are those of Connect.
+func (ep *EP) DupConnect(dup *EP, timeout Timeout, privateData []byte, qos QoS) error {
+	const op = "dat_ep_dup_connect"
+	if err := ep.lock(op); err != nil {
+		return err
+	}
+	defer ep.ia.mu.Unlock()
+	if dup == nil || dup.freed || dup.ia != ep.ia {
+		return newError(op, InvalidHandle, HandleEP, "dup_ep_handle is nil, freed or of another IA")
+	}
+	if err := ep.connectArgs(op, 1, 0, timeout, 3, privateData, 5, qos, ConnectDefault); err != nil {
+		return err
+	}
+	if dup.state != EPConnected {
+		return newError(op, InvalidState, dup.state.subtype(), "dup EP is %v, not CONNECTED", dup.state)
+	}
+	qual := dup.connQual
+	if qual == 0 {
+		// dup was connected from the passive side: its remote end is the
+		// peer's port, which is all DAT knows of it.
+		qual = ConnQual(dup.remotePort)
+	}
+	return ep.startConnectLocked(op, dup.remoteAddr, qual, timeout, privateData)
+}
+
+// connectArgs validates the arguments shared by Connect and DupConnect.
+// The arg numbers name the parameters in DAT_INVALID_ARGn subtypes.
+func (ep *EP) connectArgs(op string, qual ConnQual, qualArg int, timeout Timeout, timeoutArg int,
+	privateData []byte, pdArg int, qos QoS, flags ConnectFlags) error {
+	if qos != QoSBestEffort {
+		return newError(op, ModelNotSupported, NoSubtype, "QoS %#x is not supported (only DAT_QOS_BEST_EFFORT)", qos)
+	}
+	if flags != ConnectDefault {
+		return newError(op, ModelNotSupported, NoSubtype, "connect flags %#x: the provider has no multipath", flags)
+	}
+	if qualArg != 0 && (qual == 0 || qual > 0xFFFF) {
+		return newError(op, InvalidParameter, Arg(qualArg), "connection qualifier %d: both providers map qualifiers to ports 1..65535", qual)
+	}
+	if timeout == 0 {
+		return newError(op, InvalidParameter, Arg(timeoutArg), "timeout must be positive")
+	}
+	if max := ep.ia.attr.MaxPrivateData; len(privateData) > max {
+		return newError(op, InvalidParameter, Arg(pdArg), "%d bytes of private data exceed the provider's %d", len(privateData), max)
+	}
+	if ep.state != EPUnconnected {
+		return ep.stateError(op)
+	}
+	if ep.pz == nil || ep.qp == nil {
+		return newError(op, InvalidState, StateEPNotReady, "EP has no protection zone")
+	}
+	return nil
+}
+
+// startConnectLocked moves the EP to ACTIVE_CONNECTION_PENDING and runs the
+// provider's connect in the background. Callers hold ia.mu.
+func (ep *EP) startConnectLocked(op string, remote netip.Addr, qual ConnQual, timeout Timeout, privateData []byte) error {
+	ia := ep.ia
+	ctx, cancel := context.WithCancel(context.Background())
+	timed := false
+	if d, finite := timeout.Duration(); finite {
+		ctx, cancel = context.WithTimeout(context.Background(), d)
+		timed = true
+	}
+	a := &attempt{cancel: cancel}
+	ep.attempt = a
+	ep.state = EPActiveConnectionPending
+	ep.connQual = qual
+	ep.remoteAddr = remote
+	ep.remotePort = PortQual(qual)
+	qp := ep.qp
+	pd := append([]byte(nil), privateData...)
+	dst := &net.TCPAddr{IP: remote.AsSlice(), Zone: remote.Zone(), Port: int(qual)}
+	ia.bg.Add(1)
+	go func() {
+		defer ia.bg.Done()
+		defer cancel()
+		res, err := qp.Connect(ctx, dst, pd)
+		ep.connectDone(a, qp, res, err, timed)
+	}()
+	return nil
+}
+
+// connectDone turns the provider's connect outcome into the EP transition
+// and connection event of spec/dat-endpoint.md §4.2.
+func (ep *EP) connectDone(a *attempt, qp driver.QP, res driver.ConnectResult, err error, timed bool) {
+	ia := ep.ia
+	ia.mu.Lock()
+	if ep.attempt != a {
+		// Aborted by disconnect, free or IA close, which already reported
+		// it. A connection that got through anyway is torn down.
+		ia.mu.Unlock()
+		if err == nil {
+			qp.Disconnect(false)
+		}
+		return
+	}
+	ep.attempt = nil
+	ev := Event{Conn: ConnectionData{EP: ep, Err: err}}
+	var reject *driver.RejectError
+	switch {
+	case err == nil:
+		ep.state = EPConnected
+		ep.recordAddrs(qp)
+		ev.Number = ConnectionEventEstablished
+		ev.Conn.PrivateData = res.PrivateData
+	case errors.As(err, &reject):
+		ep.state = EPDisconnected
+		ev.Number = ConnectionEventPeerRejected
+		ev.Conn.PrivateData = reject.PrivateData
+	case timed && errors.Is(err, context.DeadlineExceeded):
+		ep.state = EPDisconnected
+		ev.Number = ConnectionEventTimedOut
+	case errors.Is(err, driver.ErrUnreachable):
+		ep.state = EPDisconnected
+		ev.Number = ConnectionEventUnreachable
+	default:
+		ep.state = EPDisconnected
+		ev.Number = ConnectionEventNonPeerRejected
+	}
+	evd := ep.connEVD
+	ia.mu.Unlock()
+	if evd != nil {
+		evd.post(ev)
+	}
+}
+
+// recordAddrs stores the addresses of an established connection. Callers
+// hold ia.mu.
+func (ep *EP) recordAddrs(qp driver.QP) {
+	local, remote := qp.Addrs()
+	if a := addrOf(local); a.IsValid() {
+		ep.localAddr = a
+		ep.localPort = PortQual(portOf(local))
+	}
+	if a := addrOf(remote); a.IsValid() {
+		ep.remoteAddr = a
+		ep.remotePort = PortQual(portOf(remote))
+	}
+}
+
+// Disconnect closes the connection (dat_ep_disconnect).
+//
+//   - CONNECTED, graceful: DISCONNECT_PENDING until outstanding send-side
+//     DTOs finish, then DISCONNECTED with a DISCONNECTED event.
+//   - CONNECTED or DISCONNECT_PENDING, abrupt: DISCONNECTED at once;
+//     outstanding DTOs flush.
+//   - DISCONNECT_PENDING, graceful: no effect.
+//   - ACTIVE_CONNECTION_PENDING or COMPLETION_PENDING: establishment is
+//     aborted, DISCONNECTED with a DISCONNECTED event.
+//   - DISCONNECTED: no effect.
+//   - UNCONNECTED, RESERVED, PASSIVE or TENTATIVE_CONNECTION_PENDING:
+//     DAT_INVALID_STATE.
+func (ep *EP) Disconnect(flags CloseFlags) error {
+	const op = "dat_ep_disconnect"
+	if err := ep.lock(op); err != nil {
+		return err
+	}
+	ia := ep.ia
+	if flags != CloseAbrupt && flags != CloseGraceful {
+		ia.mu.Unlock()
+		return newError(op, InvalidParameter, Arg(2), "close flags %#x", flags)
+	}
+	qp := ep.qp
+	switch ep.state {
+	case EPDisconnected:
+		ia.mu.Unlock()
+		return nil
+	case EPDisconnectPending:
+		if flags == CloseGraceful {
+			ia.mu.Unlock()
+			return nil
+		}
+	case EPConnected:
+		if flags == CloseGraceful {
+			a := &attempt{cancel: func() {}}
+			ep.attempt = a
+			ep.state = EPDisconnectPending
+			ia.bg.Add(1)
+			ia.mu.Unlock()
+			go func() {
+				defer ia.bg.Done()
+				qp.Disconnect(true)
+				ep.disconnected(a, nil)
+			}()
+			return nil
+		}
+	case EPActiveConnectionPending, EPCompletionPending:
+	default:
+		err := ep.stateError(op)
+		ia.mu.Unlock()
+		return err
+	}
+	// Abrupt, or aborting establishment.
+	if ep.attempt != nil {
+		ep.attempt.cancel()
+		ep.attempt = nil
+	}
+	ep.state = EPDisconnected
+	evd := ep.connEVD
+	ia.mu.Unlock()
+	if qp != nil {
+		qp.Disconnect(false)
+	}
+	if evd != nil {
+		evd.post(Event{Number: ConnectionEventDisconnected, Conn: ConnectionData{EP: ep}})
+	}
+	return nil
+}
+
+// disconnected finishes a graceful disconnect started as attempt a.
+func (ep *EP) disconnected(a *attempt, err error) {
+	ia := ep.ia
+	ia.mu.Lock()
+	if ep.attempt != a || ep.state != EPDisconnectPending {
+		ia.mu.Unlock()
+		return
+	}
+	ep.attempt = nil
+	ep.state = EPDisconnected
+	evd := ep.connEVD
+	ia.mu.Unlock()
+	if evd != nil {
+		evd.post(Event{Number: ConnectionEventDisconnected, Conn: ConnectionData{EP: ep, Err: err}})
+	}
+}
+
+// epEvents adapts an EP to driver.QPHandler.
+type epEvents struct{ ep *EP }
+
+// Completion reports a DTO completion; the data path routes it to the
+// right EVD.
+func (h epEvents) Completion(c driver.Completion) { h.ep.complete(c) }
+
+// Disconnected reports the end of an established connection that the EP
+// did not ask for: DISCONNECTED for an orderly close by the peer, BROKEN
+// (plus DAT_ASYNC_ERROR_EP_BROKEN on the async EVD) for a failure.
+func (h epEvents) Disconnected(err error) {
+	ep := h.ep
+	ia := ep.ia
+	ia.mu.Lock()
+	if ep.freed || (ep.state != EPConnected && ep.state != EPDisconnectPending) {
+		ia.mu.Unlock()
+		return
+	}
+	ep.attempt = nil
+	ep.state = EPDisconnected
+	evd := ep.connEVD
+	ia.mu.Unlock()
+	num := ConnectionEventDisconnected
+	if err != nil {
+		num = ConnectionEventBroken
+		ia.async.post(Event{Number: AsyncErrorEPBroken, Async: AsyncData{Handle: ep}})
+	}
+	if evd != nil {
+		evd.post(Event{Number: num, Conn: ConnectionData{EP: ep, Err: err}})
+	}
+}

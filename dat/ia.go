@@ -1,0 +1,245 @@
+package dat
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"sync"
+
+	"github.com/rdmanet/rdmanet/dat/driver"
+)
+
+// IA is an open Interface Adapter (DAT_IA_HANDLE): the root of every other
+// DAT object. It is safe for concurrent use.
+type IA struct {
+	name  string
+	entry RegistryEntry
+	prov  driver.IA
+	attr  driver.IAAttr
+	async *EVD
+
+	// mu guards the object graph of this IA: every object's freed flag,
+	// reference counts, EP states and EVD stream attachments. EVD queues
+	// have locks of their own. Provider calls are made without mu held.
+	mu     sync.Mutex
+	closed bool
+	pzs    map[*PZ]struct{}
+	evds   map[*EVD]struct{}
+	eps    map[*EP]struct{}
+	psps   map[*PSP]struct{}
+	rsps   map[*RSP]struct{}
+	srqs   map[*SRQ]struct{}
+	lmrs   map[*LMR]struct{}
+
+	// bg counts goroutines (connection attempts, service points) that
+	// Close must wait for.
+	bg sync.WaitGroup
+}
+
+// IAOptions tune OpenIA. The zero value is valid.
+type IAOptions struct {
+	// AsyncEVDQLen is the queue length of the IA's asynchronous EVD
+	// (default 16).
+	AsyncEVDQLen int
+}
+
+// OpenIA opens the IA called name (dat_ia_open). The name is looked up in
+// the registry (see RegistryEntry); the empty name opens the registry's
+// default entry or DefaultIAName. The IA creates its own async EVD, which
+// AsyncEVD returns.
+func OpenIA(ctx context.Context, name string, opts *IAOptions) (*IA, error) {
+	const op = "dat_ia_open"
+	if opts == nil {
+		opts = &IAOptions{}
+	}
+	qlen := opts.AsyncEVDQLen
+	if qlen == 0 {
+		qlen = 16
+	}
+	if qlen < 0 {
+		return nil, newError(op, InvalidParameter, Arg(2), "async EVD queue length %d is negative", qlen)
+	}
+	entry, err := resolveIA(name)
+	if err != nil {
+		return nil, &Error{Code: ClassError | ProviderNotFound | Return(NameNotRegistered), Op: op, Err: err}
+	}
+	d, ok := lookupDriver(entry.Provider)
+	if !ok {
+		return nil, newError(op, ProviderNotFound, NameNotRegistered,
+			"IA %q names provider %q, which is not registered", entry.IAName, entry.Provider)
+	}
+	p, err := d.Open(ctx, entry.Args)
+	if err != nil {
+		return nil, providerError(op, err)
+	}
+	ia := &IA{
+		name: entry.IAName, entry: entry, prov: p, attr: p.Attr(),
+		pzs: map[*PZ]struct{}{}, evds: map[*EVD]struct{}{}, eps: map[*EP]struct{}{},
+		psps: map[*PSP]struct{}{}, rsps: map[*RSP]struct{}{}, srqs: map[*SRQ]struct{}{},
+		lmrs: map[*LMR]struct{}{},
+	}
+	ia.async = newEVD(ia, qlen, EVDAsync)
+	ia.async.isAsync = true
+	ia.evds[ia.async] = struct{}{}
+	return ia, nil
+}
+
+// Name is the name the IA was opened with.
+func (ia *IA) Name() string { return ia.name }
+
+// AsyncEVD returns the IA's asynchronous event dispatcher.
+func (ia *IA) AsyncEVD() *EVD { return ia.async }
+
+// live returns an INVALID_HANDLE error if ia is nil or closed. Callers
+// hold ia.mu or accept a racy answer.
+func (ia *IA) live(op string) error {
+	if ia == nil || ia.closed {
+		return newError(op, InvalidHandle, HandleIA, "IA is nil or closed")
+	}
+	return nil
+}
+
+// Query reports the IA's attributes and its provider's (dat_ia_query).
+func (ia *IA) Query() (IAAttr, ProviderAttr, error) {
+	const op = "dat_ia_query"
+	if ia == nil {
+		return IAAttr{}, ProviderAttr{}, newError(op, InvalidHandle, HandleIA, "IA is nil")
+	}
+	ia.mu.Lock()
+	defer ia.mu.Unlock()
+	if err := ia.live(op); err != nil {
+		return IAAttr{}, ProviderAttr{}, err
+	}
+	return ia.iaAttr(), ia.providerAttr(), nil
+}
+
+func (ia *IA) iaAttr() IAAttr {
+	a := ia.attr
+	return IAAttr{
+		AdapterName: a.Name, Transport: a.Transport.String(), MaxEPs: a.MaxQPs,
+		MaxDTOPerEP: a.MaxWRPerQP, MaxRDMAReadIn: a.MaxIRD, MaxRDMAReadOut: a.MaxORD,
+		MaxIOVSegments: a.MaxSGE, MaxRDMAReadIOV: a.MaxReadSGE, MaxMessageSize: a.MaxMessageSize,
+		MaxRDMASize: a.MaxRDMASize, MaxLMRs: a.MaxMR, MaxLMRSize: a.MaxMRSize,
+		MaxSRQDTOs: a.MaxSRQWR, MaxPrivateData: a.MaxPrivateData, LocalAddr: ia.localAddr(),
+	}
+}
+
+func (ia *IA) providerAttr() ProviderAttr {
+	return ProviderAttr{
+		ProviderName:               ia.entry.Provider,
+		QoSSupported:               []QoS{QoSBestEffort},
+		CompletionFlagsSupported:   CompletionSuppress | CompletionSolicitedWait | CompletionUnsignalled | CompletionBarrierFence | CompletionEVDThreshold,
+		MaxPrivateDataSize:         ia.attr.MaxPrivateData,
+		SupportsMultipath:          false,
+		SRQSupported:               ia.attr.MaxSRQWR > 0,
+		SRQEPPZDifferenceSupported: ia.attr.SRQPDDifference,
+		PSPCreatesEP:               true,
+	}
+}
+
+// localAddr is the IA's address as a netip.Addr.
+func (ia *IA) localAddr() netip.Addr {
+	return addrOf(ia.prov.LocalAddr())
+}
+
+// addrOf extracts the IP of a net.Addr (zero Addr if it has none).
+func addrOf(a net.Addr) netip.Addr {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		ip, _ := netip.AddrFromSlice(a.IP)
+		return ip.Unmap()
+	case *net.IPAddr:
+		ip, _ := netip.AddrFromSlice(a.IP)
+		return ip.Unmap()
+	case *net.UDPAddr:
+		ip, _ := netip.AddrFromSlice(a.IP)
+		return ip.Unmap()
+	}
+	return netip.Addr{}
+}
+
+// portOf extracts the port of a net.Addr (0 if it has none).
+func portOf(a net.Addr) int {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		return a.Port
+	case *net.UDPAddr:
+		return a.Port
+	}
+	return 0
+}
+
+// Close closes the IA (dat_ia_close). CloseGraceful fails with
+// DAT_INVALID_STATE/IA_IN_USE while any object other than the async EVD
+// exists; CloseAbrupt frees every object of the IA first, tearing down
+// connections abruptly.
+func (ia *IA) Close(flags CloseFlags) error {
+	const op = "dat_ia_close"
+	if ia == nil {
+		return newError(op, InvalidHandle, HandleIA, "IA is nil")
+	}
+	ia.mu.Lock()
+	if err := ia.live(op); err != nil {
+		ia.mu.Unlock()
+		return err
+	}
+	switch flags {
+	case CloseGraceful:
+		if n := len(ia.pzs) + len(ia.evds) - 1 + len(ia.eps) + len(ia.psps) + len(ia.rsps) + len(ia.srqs) + len(ia.lmrs); n > 0 {
+			ia.mu.Unlock()
+			return newError(op, InvalidState, StateIAInUse, "%d objects still exist", n)
+		}
+	case CloseAbrupt:
+	default:
+		ia.mu.Unlock()
+		return newError(op, InvalidParameter, Arg(2), "close flags %#x", flags)
+	}
+	ia.closed = true
+	eps, psps, rsps := keys(ia.eps), keys(ia.psps), keys(ia.rsps)
+	srqs, lmrs, pzs, evds := keys(ia.srqs), keys(ia.lmrs), keys(ia.pzs), keys(ia.evds)
+	for _, ep := range eps {
+		ep.destroyLocked()
+	}
+	ia.mu.Unlock()
+
+	// Tear down outside the lock: providers may block.
+	for _, s := range psps {
+		s.shutdown()
+	}
+	for _, s := range rsps {
+		s.shutdown()
+	}
+	for _, ep := range eps {
+		ep.releaseProvider()
+	}
+	ia.bg.Wait()
+	for _, s := range srqs {
+		s.prov.Close()
+	}
+	for _, m := range lmrs {
+		m.prov.Close()
+	}
+	for _, p := range pzs {
+		p.prov.Close()
+	}
+	ia.mu.Lock()
+	for _, e := range evds {
+		e.kill()
+	}
+	ia.pzs, ia.evds, ia.eps, ia.psps, ia.rsps, ia.srqs, ia.lmrs = nil, nil, nil, nil, nil, nil, nil
+	ia.mu.Unlock()
+	if err := ia.prov.Close(); err != nil {
+		return providerError(op, err)
+	}
+	return nil
+}
+
+// keys returns the keys of a set, so it can be walked after the lock is
+// released.
+func keys[K comparable](m map[K]struct{}) []K {
+	out := make([]K, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

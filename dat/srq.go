@@ -1,0 +1,172 @@
+package dat
+
+import "github.com/rdmanet/rdmanet/dat/driver"
+
+// AsyncSRQLowWatermark is the async event reporting that an SRQ's posted
+// receives fell below its low watermark. DAT 2.0 defines the reason
+// (DAT_SRQ_LOW_WATERMARK_EVENT) but no event number for it; this is an
+// rdmanet number in the async-error range. Async.Handle is the *SRQ and
+// Async.Reason SRQLowWatermark.
+const AsyncSRQLowWatermark EventNumber = 0x08006
+
+func init() { eventNames[AsyncSRQLowWatermark] = "RDMANET_ASYNC_SRQ_LOW_WATERMARK" }
+
+// SRQAttr is DAT_SRQ_ATTR.
+type SRQAttr struct {
+	// MaxRecvDTOs bounds the receives posted to the SRQ.
+	MaxRecvDTOs int
+	// MaxRecvIOV bounds the segments of one receive.
+	MaxRecvIOV int
+	// LowWatermark arms the low-watermark event (0: off).
+	LowWatermark int
+}
+
+// SRQ is a Shared Receive Queue (DAT_SRQ_HANDLE): receive buffers shared by
+// the EPs created on it with CreateEPWithSRQ.
+type SRQ struct {
+	ia    *IA
+	pz    *PZ
+	prov  driver.SRQ
+	attr  SRQAttr
+	refs  int  // EPs using it; guarded by ia.mu
+	freed bool // guarded by ia.mu
+}
+
+// CreateSRQ creates a shared receive queue in pz (dat_srq_create).
+func (ia *IA) CreateSRQ(pz *PZ, attr SRQAttr) (*SRQ, error) {
+	const op = "dat_srq_create"
+	if ia == nil {
+		return nil, newError(op, InvalidHandle, HandleIA, "IA is nil")
+	}
+	ia.mu.Lock()
+	if err := ia.live(op); err != nil {
+		ia.mu.Unlock()
+		return nil, err
+	}
+	if err := pz.check(op, ia); err != nil {
+		ia.mu.Unlock()
+		return nil, err
+	}
+	if ia.attr.MaxSRQWR == 0 {
+		ia.mu.Unlock()
+		return nil, newError(op, ModelNotSupported, NoSubtype, "the provider has no SRQ support")
+	}
+	switch {
+	case attr.MaxRecvDTOs <= 0 || attr.MaxRecvDTOs > ia.attr.MaxSRQWR:
+		ia.mu.Unlock()
+		return nil, newError(op, InvalidParameter, Arg(3), "max_recv_dtos %d not in 1..%d", attr.MaxRecvDTOs, ia.attr.MaxSRQWR)
+	case attr.MaxRecvIOV <= 0 || attr.MaxRecvIOV > ia.attr.MaxSGE:
+		ia.mu.Unlock()
+		return nil, newError(op, InvalidParameter, Arg(3), "max_recv_iov %d not in 1..%d", attr.MaxRecvIOV, ia.attr.MaxSGE)
+	case attr.LowWatermark < 0 || attr.LowWatermark > attr.MaxRecvDTOs:
+		ia.mu.Unlock()
+		return nil, newError(op, InvalidParameter, Arg(3), "low watermark %d not in 0..%d", attr.LowWatermark, attr.MaxRecvDTOs)
+	}
+	pz.refs++ // hold the PZ while the provider builds the SRQ
+	ia.mu.Unlock()
+	s := &SRQ{ia: ia, pz: pz, attr: attr}
+	prov, err := ia.prov.CreateSRQ(pz.prov, driver.SRQConfig{MaxRecvWR: attr.MaxRecvDTOs, MaxRecvSGE: attr.MaxRecvIOV, LowWatermark: attr.LowWatermark}, srqEvents{s})
+	ia.mu.Lock()
+	defer ia.mu.Unlock()
+	if err != nil {
+		pz.refs--
+		return nil, providerError(op, err)
+	}
+	s.prov = prov
+	ia.srqs[s] = struct{}{}
+	return s, nil
+}
+
+// check returns INVALID_HANDLE (subtype SRQ) unless s is a live SRQ of ia.
+// Callers hold ia.mu.
+func (s *SRQ) check(op string, ia *IA) error {
+	if s == nil || s.freed || s.ia != ia {
+		return newError(op, InvalidHandle, HandleSRQ, "SRQ is nil, freed or of another IA")
+	}
+	return nil
+}
+
+// SRQParam is what dat_srq_query reports.
+type SRQParam struct {
+	IA   *IA
+	PZ   *PZ
+	Attr SRQAttr
+	// Posted is the number of receives currently posted.
+	Posted int
+}
+
+// Query reports the SRQ's parameters (dat_srq_query).
+func (s *SRQ) Query() (SRQParam, error) {
+	const op = "dat_srq_query"
+	if s == nil {
+		return SRQParam{}, newError(op, InvalidHandle, HandleSRQ, "SRQ is nil")
+	}
+	s.ia.mu.Lock()
+	if err := s.check(op, s.ia); err != nil {
+		s.ia.mu.Unlock()
+		return SRQParam{}, err
+	}
+	p := SRQParam{IA: s.ia, PZ: s.pz, Attr: s.attr}
+	s.ia.mu.Unlock()
+	p.Posted = s.prov.Posted()
+	return p, nil
+}
+
+// SetLowWatermark arms the low-watermark event at n posted receives
+// (dat_srq_set_lw); 0 disarms it.
+func (s *SRQ) SetLowWatermark(n int) error {
+	const op = "dat_srq_set_lw"
+	if s == nil {
+		return newError(op, InvalidHandle, HandleSRQ, "SRQ is nil")
+	}
+	s.ia.mu.Lock()
+	if err := s.check(op, s.ia); err != nil {
+		s.ia.mu.Unlock()
+		return err
+	}
+	if n < 0 || n > s.attr.MaxRecvDTOs {
+		s.ia.mu.Unlock()
+		return newError(op, InvalidParameter, Arg(2), "low watermark %d not in 0..%d", n, s.attr.MaxRecvDTOs)
+	}
+	s.attr.LowWatermark = n
+	s.ia.mu.Unlock()
+	if err := s.prov.SetLowWatermark(n); err != nil {
+		return providerError(op, err)
+	}
+	return nil
+}
+
+// Free destroys the SRQ (dat_srq_free). It fails with
+// DAT_INVALID_STATE/SRQ_IN_USE while an EP uses it.
+func (s *SRQ) Free() error {
+	const op = "dat_srq_free"
+	if s == nil {
+		return newError(op, InvalidHandle, HandleSRQ, "SRQ is nil")
+	}
+	ia := s.ia
+	ia.mu.Lock()
+	if err := s.check(op, ia); err != nil {
+		ia.mu.Unlock()
+		return err
+	}
+	if s.refs > 0 {
+		ia.mu.Unlock()
+		return newError(op, InvalidState, StateSRQInUse, "%d EPs still use the SRQ", s.refs)
+	}
+	s.freed = true
+	s.pz.refs--
+	delete(ia.srqs, s)
+	ia.mu.Unlock()
+	if err := s.prov.Close(); err != nil {
+		return providerError(op, err)
+	}
+	return nil
+}
+
+// srqEvents adapts an SRQ to driver.SRQHandler.
+type srqEvents struct{ s *SRQ }
+
+// LowWatermark posts the low-watermark event to the IA's async EVD.
+func (h srqEvents) LowWatermark() {
+	h.s.ia.async.post(Event{Number: AsyncSRQLowWatermark, Async: AsyncData{Handle: h.s, Reason: SRQLowWatermark}})
+}
