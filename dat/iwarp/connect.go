@@ -1,0 +1,199 @@
+package iwarp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/rdmanet/rdmanet/dat/driver"
+	"github.com/rdmanet/rdmanet/dat/iwarp/internal/wire"
+)
+
+// Connect establishes a connection to remote (a *net.TCPAddr whose port is
+// the connection qualifier) as the MPA initiator, sending privateData in
+// the MPA Request. The package documentation lists how each outcome is
+// reported. On success the QP owns the TCP connection; the startup rule
+// then requires this side to send the first FPDU.
+func (q *QP) Connect(ctx context.Context, remote net.Addr, privateData []byte) (driver.ConnectResult, error) {
+	raddr, err := remoteTCPAddr(remote)
+	if err != nil {
+		return driver.ConnectResult{}, fmt.Errorf("iwarp: connect %v: %w", remote, err)
+	}
+	prefix := "iwarp: connect " + raddr.String()
+	if len(privateData) > MaxPrivateData {
+		return driver.ConnectResult{}, fmt.Errorf("%s: %d bytes of private data exceed the limit of %d", prefix, len(privateData), MaxPrivateData)
+	}
+	actx, a, cfg, err := q.beginAttempt(ctx, "connect")
+	if err != nil {
+		return driver.ConnectResult{}, err
+	}
+	c, res, err := q.ia.initiate(ctx, actx, raddr, cfg, privateData)
+	if err = q.finishAttempt(a, c, err); err != nil {
+		return driver.ConnectResult{}, fmt.Errorf("%s: %w", prefix, err)
+	}
+	return res, nil
+}
+
+// remoteTCPAddr accepts a *net.TCPAddr or anything whose String is ip:port.
+func remoteTCPAddr(a net.Addr) (*net.TCPAddr, error) {
+	var ta *net.TCPAddr
+	switch v := a.(type) {
+	case *net.TCPAddr:
+		ta = v
+	case nil:
+		return nil, fmt.Errorf("no remote address: %w", driver.ErrInvalidAddress)
+	default:
+		ap, err := netip.ParseAddrPort(a.String())
+		if err != nil {
+			return nil, fmt.Errorf("remote address %q: %v: %w", a.String(), err, driver.ErrInvalidAddress)
+		}
+		ta = net.TCPAddrFromAddrPort(ap)
+	}
+	if ta.Port == 0 || ta.IP == nil || ta.IP.IsUnspecified() {
+		return nil, fmt.Errorf("remote address %v: need an IP and a non-zero port: %w", ta, driver.ErrInvalidAddress)
+	}
+	return ta, nil
+}
+
+// initiate runs the initiator side: TCP connect, MPA Request, MPA Reply.
+// ctx is the caller's context (its deadline and cancellation are reported
+// as such), actx additionally carries local aborts.
+func (ia *IA) initiate(ctx, actx context.Context, raddr *net.TCPAddr, cfg driver.QPConfig, pdata []byte) (*connection, driver.ConnectResult, error) {
+	d := net.Dialer{}
+	if ia.opts.ip != nil {
+		d.LocalAddr = &net.TCPAddr{IP: ia.opts.ip}
+	}
+	nc, err := d.DialContext(actx, "tcp", raddr.String())
+	if err != nil {
+		return nil, driver.ConnectResult{}, classify(ctx, actx, err, false, 0)
+	}
+	tc := nc.(*net.TCPConn)
+	_ = tc.SetNoDelay(true) // siw_tcp_nagle = false
+
+	// The Reply must arrive within rep_timeout (siw MPAREQ_TIMEOUT) or
+	// the caller's deadline, whichever is first; cancellation or a local
+	// abort expires the socket deadline at once.
+	deadline := time.Now().Add(ia.opts.replyTimeout)
+	ctxBound := false
+	if cd, ok := ctx.Deadline(); ok && cd.Before(deadline) {
+		deadline, ctxBound = cd, true
+	}
+	_ = tc.SetDeadline(deadline)
+	stop := context.AfterFunc(actx, func() { _ = tc.SetDeadline(aLongTimeAgo) })
+
+	info, res, err := ia.exchangeInitiator(tc, cfg, pdata)
+	if !stop() && err == nil {
+		// Cancelled just as the exchange finished: the socket deadline may
+		// already be (or be about to be) expired, so the connection is
+		// unusable. Report the cancellation.
+		err = context.Cause(actx)
+	}
+	if err != nil {
+		_ = tc.Close()
+		var rej *driver.RejectError
+		if errors.As(err, &rej) {
+			return nil, driver.ConnectResult{}, err
+		}
+		return nil, driver.ConnectResult{}, classify(ctx, actx, err, ctxBound, ia.opts.replyTimeout)
+	}
+	_ = tc.SetDeadline(time.Time{})
+	return newConnection(tc, info), res, nil
+}
+
+// aLongTimeAgo is a deadline that has certainly passed: setting it makes
+// pending socket I/O fail at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// exchangeInitiator sends the MPA Request and checks the Reply, in siw's
+// order (siw_proc_mpareply): frame validity, reject, markers, CRC,
+// revision/E, IRD/ORD.
+func (ia *IA) exchangeInitiator(tc *net.TCPConn, cfg driver.QPConfig, pdata []byte) (ConnInfo, driver.ConnectResult, error) {
+	req := wire.MPAFrame{
+		Header:      wire.MPAHeader{Kind: wire.MPARequest, Revision: uint8(ia.opts.mpaRev)},
+		PrivateData: pdata,
+	}
+	enhanced := ia.opts.mpaRev == wire.MPARevision2
+	if enhanced {
+		req.Header.Flags |= wire.MPAFlagEnhanced
+		req.V2 = wire.MPAv2{IRD: v2Limit(cfg.IRD), ORD: v2Limit(cfg.ORD)}
+	}
+	if ia.opts.requireCRC {
+		req.Header.Flags |= wire.MPAFlagCRC
+	}
+	if err := writeMPA(tc, &req); err != nil {
+		return ConnInfo{}, driver.ConnectResult{}, fmt.Errorf("MPA request: %w", err)
+	}
+	rep, _, err := readMPA(tc, wire.MPAReply)
+	if err != nil {
+		return ConnInfo{}, driver.ConnectResult{}, fmt.Errorf("MPA reply: %w", err)
+	}
+	h := rep.Header
+	switch {
+	case h.Flags&wire.MPAFlagReject != 0:
+		return ConnInfo{}, driver.ConnectResult{}, fmt.Errorf("MPA reply: %w", &driver.RejectError{PrivateData: clone(rep.PrivateData)})
+	case h.Flags&wire.MPAFlagMarkers != 0:
+		return ConnInfo{}, driver.ConnectResult{}, errors.New("MPA reply: markers requested, not supported")
+	case ia.opts.requireCRC && h.Flags&wire.MPAFlagCRC == 0:
+		return ConnInfo{}, driver.ConnectResult{}, errors.New("MPA reply: C not set although CRC is required")
+	case int(h.Revision) != ia.opts.mpaRev || h.Enhanced() != enhanced:
+		return ConnInfo{}, driver.ConnectResult{}, fmt.Errorf("MPA reply: revision %d enhanced=%v answers revision %d enhanced=%v",
+			h.Revision, h.Enhanced(), ia.opts.mpaRev, enhanced)
+	}
+	info := ConnInfo{
+		Initiator: true,
+		Revision:  int(h.Revision),
+		Enhanced:  enhanced,
+		CRC:       h.Flags&wire.MPAFlagCRC != 0,
+		IRD:       cfg.IRD,
+		ORD:       cfg.ORD,
+	}
+	if enhanced {
+		// We never ask for peer-to-peer mode (siw's default), so an A
+		// bit in the Reply is meaningless and ignored, as siw does.
+		info.IRD, info.ORD, err = initiatorLimits(cfg.IRD, int(rep.V2.IRD), int(rep.V2.ORD))
+		if err != nil {
+			return ConnInfo{}, driver.ConnectResult{}, fmt.Errorf("MPA reply: %w", err)
+		}
+	}
+	return info, driver.ConnectResult{PrivateData: clone(rep.PrivateData)}, nil
+}
+
+// classify wraps an establishment error so that package dat can tell the
+// DAT outcome from it: the caller's context error, ErrAborted, or
+// driver.ErrUnreachable where DAT says UNREACHABLE; anything else stays a
+// plain error (a non-peer reject).
+func classify(ctx, actx context.Context, err error, ctxBound bool, replyTimeout time.Duration) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("%w: %w", err, cerr)
+	}
+	if errors.Is(context.Cause(actx), ErrAborted) {
+		return fmt.Errorf("%w: %w", err, ErrAborted)
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		if ctxBound {
+			// The socket deadline was the caller's; the context's timer
+			// may fire a moment after the socket's.
+			return fmt.Errorf("%w: %w", err, context.DeadlineExceeded)
+		}
+		return fmt.Errorf("%w: nothing within %v: %w", err, replyTimeout, driver.ErrUnreachable)
+	}
+	if isUnreachable(err) {
+		return fmt.Errorf("%w: %w", err, driver.ErrUnreachable)
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w (connection closed by the responder)", err)
+	}
+	return err
+}
+
+func clone(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}

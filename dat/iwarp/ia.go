@@ -1,0 +1,223 @@
+package iwarp
+
+import (
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/rdmanet/rdmanet/dat/driver"
+)
+
+// Software limits reported by IA.Attr. Nothing in a pure-Go stack is a
+// hardware resource; the values follow siw where siw has one, so that
+// consumers tuned for siw behave the same here.
+const (
+	maxQPs         = 1 << 16
+	maxWRPerQP     = 1 << 15 // siw SIW_MAX_QP_WR
+	maxSGE         = 6       // siw SIW_MAX_SGE
+	maxMessageSize = 1 << 31 // DDP MO is 32 bits; keep well inside it
+	maxMRSize      = 1 << 40
+	maxSRQWR       = 1 << 15
+)
+
+// IA is an open iWARP interface adapter: a local address plus the objects
+// created on it. It implements driver.IA.
+type IA struct {
+	opts  options
+	local *net.TCPAddr // port 0; IP unspecified when not bound
+	stags *stagTable
+
+	mu        sync.Mutex
+	closed    bool
+	qps       map[*QP]struct{}
+	listeners map[*Listener]struct{}
+}
+
+var _ driver.IA = (*IA)(nil)
+
+func newIA(o options) *IA {
+	local := &net.TCPAddr{IP: o.ip}
+	if o.ip == nil {
+		local.IP = net.IPv4zero
+	}
+	return &IA{
+		opts:      o,
+		local:     local,
+		stags:     newSTagTable(maxMRs),
+		qps:       make(map[*QP]struct{}),
+		listeners: make(map[*Listener]struct{}),
+	}
+}
+
+// Attr reports the adapter's limits.
+func (ia *IA) Attr() driver.IAAttr {
+	name := "iwarp"
+	if ia.opts.ip != nil {
+		name = "iwarp:" + ia.opts.ip.String()
+	}
+	return driver.IAAttr{
+		Name:            name,
+		Transport:       driver.TransportIWARP,
+		MaxQPs:          maxQPs,
+		MaxWRPerQP:      maxWRPerQP,
+		MaxSGE:          maxSGE,
+		MaxReadSGE:      1, // an RDMA Read lands in one buffer (siw SIW_MAX_SGE_RD)
+		MaxMessageSize:  maxMessageSize,
+		MaxRDMASize:     maxMessageSize,
+		MaxIRD:          MaxIRD,
+		MaxORD:          MaxORD,
+		MaxPrivateData:  MaxPrivateData,
+		MaxSRQWR:        maxSRQWR,
+		SRQPDDifference: true, // receives are plain Go memory; any PD will do
+		MaxMR:           maxMRs,
+		MaxMRSize:       maxMRSize,
+		MemoryWindows:   false, // siw has none either (SIW_MAX_MW 0)
+	}
+}
+
+// LocalAddr is the IA's address: a *net.TCPAddr with port 0, whose IP is
+// unspecified (0.0.0.0) when the IA is not bound to an address.
+func (ia *IA) LocalAddr() net.Addr {
+	a := *ia.local
+	return &a
+}
+
+// AllocPD allocates a protection domain.
+func (ia *IA) AllocPD() (driver.PD, error) {
+	ia.mu.Lock()
+	defer ia.mu.Unlock()
+	if ia.closed {
+		return nil, errIAClosed
+	}
+	return &PD{ia: ia, mrs: make(map[uint32]*MR)}, nil
+}
+
+// CreateQP creates an unconnected QP whose events go to h.
+func (ia *IA) CreateQP(cfg driver.QPConfig, h driver.QPHandler) (driver.QP, error) {
+	if err := ia.checkQPConfig(cfg); err != nil {
+		return nil, err
+	}
+	ia.mu.Lock()
+	defer ia.mu.Unlock()
+	if ia.closed {
+		return nil, errIAClosed
+	}
+	if len(ia.qps) >= maxQPs {
+		return nil, fmt.Errorf("iwarp: create QP: %d QPs exist: %w", len(ia.qps), driver.ErrResources)
+	}
+	q := newQP(ia, cfg, h)
+	ia.qps[q] = struct{}{}
+	return q, nil
+}
+
+// checkQPConfig validates what package dat cannot know: the objects belong
+// to this IA and the sizes are within this provider's limits.
+func (ia *IA) checkQPConfig(cfg driver.QPConfig) error {
+	if cfg.PD != nil {
+		pd, ok := cfg.PD.(*PD)
+		if !ok || pd.ia != ia {
+			return fmt.Errorf("iwarp: QP config: PD %T does not belong to this IA: %w", cfg.PD, driver.ErrNotSupported)
+		}
+	}
+	if cfg.SRQ != nil {
+		srq, ok := cfg.SRQ.(*SRQ)
+		if !ok || srq.ia != ia {
+			return fmt.Errorf("iwarp: QP config: SRQ %T does not belong to this IA: %w", cfg.SRQ, driver.ErrNotSupported)
+		}
+	}
+	switch {
+	case cfg.IRD < 0 || cfg.IRD > MaxIRD, cfg.ORD < 0 || cfg.ORD > MaxORD:
+		return fmt.Errorf("iwarp: QP config: IRD %d / ORD %d outside 0..%d: %w", cfg.IRD, cfg.ORD, MaxIRD, driver.ErrResources)
+	case cfg.MaxSendWR < 0 || cfg.MaxSendWR > maxWRPerQP, cfg.MaxRecvWR < 0 || cfg.MaxRecvWR > maxWRPerQP:
+		return fmt.Errorf("iwarp: QP config: %d send / %d receive WRs exceed %d: %w", cfg.MaxSendWR, cfg.MaxRecvWR, maxWRPerQP, driver.ErrResources)
+	case cfg.MaxSendSGE < 0 || cfg.MaxSendSGE > maxSGE, cfg.MaxRecvSGE < 0 || cfg.MaxRecvSGE > maxSGE:
+		return fmt.Errorf("iwarp: QP config: SGE counts %d/%d exceed %d: %w", cfg.MaxSendSGE, cfg.MaxRecvSGE, maxSGE, driver.ErrResources)
+	case cfg.MaxMessageSize > maxMessageSize, cfg.MaxRDMASize > maxMessageSize:
+		return fmt.Errorf("iwarp: QP config: message size %d / RDMA size %d exceed %d: %w", cfg.MaxMessageSize, cfg.MaxRDMASize, maxMessageSize, driver.ErrResources)
+	}
+	return nil
+}
+
+// CreateSRQ creates a shared receive queue in pd.
+func (ia *IA) CreateSRQ(pd driver.PD, cfg driver.SRQConfig, h driver.SRQHandler) (driver.SRQ, error) {
+	p, ok := pd.(*PD)
+	if !ok || p.ia != ia {
+		return nil, fmt.Errorf("iwarp: create SRQ: PD %T does not belong to this IA: %w", pd, driver.ErrNotSupported)
+	}
+	if cfg.MaxRecvWR <= 0 || cfg.MaxRecvWR > maxSRQWR || cfg.MaxRecvSGE < 0 || cfg.MaxRecvSGE > maxSGE || cfg.LowWatermark < 0 {
+		return nil, fmt.Errorf("iwarp: create SRQ: %d WRs (max %d), %d SGEs (max %d), watermark %d: %w",
+			cfg.MaxRecvWR, maxSRQWR, cfg.MaxRecvSGE, maxSGE, cfg.LowWatermark, driver.ErrResources)
+	}
+	ia.mu.Lock()
+	defer ia.mu.Unlock()
+	if ia.closed {
+		return nil, errIAClosed
+	}
+	return newSRQ(ia, p, cfg, h), nil
+}
+
+// Listen starts a listener; see Listener.
+func (ia *IA) Listen(cfg driver.ListenConfig) (driver.Listener, error) {
+	ia.mu.Lock()
+	closed := ia.closed
+	ia.mu.Unlock()
+	if closed {
+		return nil, errIAClosed
+	}
+	l, err := listen(ia, cfg)
+	if err != nil {
+		return nil, err
+	}
+	ia.mu.Lock()
+	if ia.closed {
+		ia.mu.Unlock()
+		l.Close()
+		return nil, errIAClosed
+	}
+	ia.listeners[l] = struct{}{}
+	ia.mu.Unlock()
+	return l, nil
+}
+
+// Close releases the IA. Package dat closes every object first; whatever
+// is still open (listeners, QPs) is closed here so that no socket or
+// goroutine outlives the IA.
+func (ia *IA) Close() error {
+	ia.mu.Lock()
+	if ia.closed {
+		ia.mu.Unlock()
+		return nil
+	}
+	ia.closed = true
+	ls := make([]*Listener, 0, len(ia.listeners))
+	for l := range ia.listeners {
+		ls = append(ls, l)
+	}
+	qs := make([]*QP, 0, len(ia.qps))
+	for q := range ia.qps {
+		qs = append(qs, q)
+	}
+	ia.mu.Unlock()
+	for _, l := range ls {
+		l.Close()
+	}
+	for _, q := range qs {
+		q.Close()
+	}
+	return nil
+}
+
+func (ia *IA) forgetQP(q *QP) {
+	ia.mu.Lock()
+	delete(ia.qps, q)
+	ia.mu.Unlock()
+}
+
+func (ia *IA) forgetListener(l *Listener) {
+	ia.mu.Lock()
+	delete(ia.listeners, l)
+	ia.mu.Unlock()
+}
+
+// errIAClosed is returned by every creation call after Close.
+var errIAClosed = fmt.Errorf("iwarp: IA closed: %w", net.ErrClosed)

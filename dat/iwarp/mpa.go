@@ -1,0 +1,70 @@
+package iwarp
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/rdmanet/rdmanet/dat/iwarp/internal/wire"
+)
+
+// This file is the I/O glue around wire's MPA Request/Reply codec: reading
+// exactly one frame off a TCP stream and writing one.
+
+// errConsumerPDTooLong: a frame without the v2 block carried more consumer
+// private data than IAAttr.MaxPrivateData promises consumers.
+var errConsumerPDTooLong = errors.New("MPA private data exceeds the 252-byte consumer limit")
+
+// readMPA reads one MPA frame of the given kind from r. It reads exactly
+// the 20-byte header and then exactly PD_Length bytes and nothing more:
+// bytes behind the frame belong to the FPDU stream (and from siw there
+// must be none before the other side answered). Frames with a PD_Length
+// over siw's 256 are refused before their private data is read.
+//
+// A Request whose E flag cannot be honoured is handled like siw does
+// (siw_proc_mpareq): with revision < 2 the flag is ignored; with revision 2
+// but fewer than 4 bytes of private data the frame is returned without E
+// and shortV2 set, and the caller refuses it with a reject Reply.
+func readMPA(r io.Reader, kind wire.MPAKind) (f wire.MPAFrame, shortV2 bool, err error) {
+	var hdr [wire.MPAHeaderLen]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return f, false, err
+	}
+	err = f.Header.Parse(hdr[:], kind, maxWirePrivateData)
+	if kind == wire.MPARequest && (errors.Is(err, wire.ErrMPAEnhancedRevision) || errors.Is(err, wire.ErrMPAEnhancedPrivateData)) {
+		shortV2 = errors.Is(err, wire.ErrMPAEnhancedPrivateData)
+		hdr[wire.MPAKeyLen] &^= byte(wire.MPAFlagEnhanced)
+		err = f.Header.Parse(hdr[:], kind, maxWirePrivateData)
+	}
+	if err != nil {
+		return f, false, err
+	}
+	pd := make([]byte, f.Header.PDLength)
+	if _, err := io.ReadFull(r, pd); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF // the header promised more
+		}
+		return f, false, err
+	}
+	if err := f.ParsePrivateData(pd); err != nil {
+		return f, false, err
+	}
+	if len(f.PrivateData) > MaxPrivateData {
+		return f, false, errConsumerPDTooLong
+	}
+	return f, shortV2, nil
+}
+
+// writeMPA writes f in one Write, so the frame leaves in one segment
+// (TCP_NODELAY is set) and a peer never sees half a frame linger.
+func writeMPA(w io.Writer, f *wire.MPAFrame) error {
+	b, err := f.Append(make([]byte, 0, f.Len()))
+	if err != nil {
+		return fmt.Errorf("encoding MPA frame: %w", err)
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+// v2Limit converts a negotiated depth to the 14-bit wire field.
+func v2Limit(n int) uint16 { return uint16(min(max(n, 0), wire.MaxIRDORD)) }

@@ -1,0 +1,157 @@
+package iwarp
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rdmanet/rdmanet/dat/driver"
+)
+
+// Defaults of the Open options (see the package documentation).
+const (
+	// DefaultBacklog is the listener backlog used when ListenConfig.Backlog
+	// is zero.
+	DefaultBacklog = 16
+	// DefaultMaxHandshakes bounds the TCP connections per listener whose
+	// MPA Request has not been read yet.
+	DefaultMaxHandshakes = 128
+	// DefaultRequestTimeout is how long a responder waits for the MPA
+	// Request after accepting the TCP connection (siw MPAREP_TIMEOUT).
+	DefaultRequestTimeout = 5 * time.Second
+	// DefaultReplyTimeout is how long an initiator waits for the MPA Reply
+	// (siw MPAREQ_TIMEOUT).
+	DefaultReplyTimeout = 10 * time.Second
+	// DefaultCloseTimeout is how long a graceful Disconnect waits for the
+	// peer to close its half of the stream.
+	DefaultCloseTimeout = 2 * time.Second
+)
+
+// options is the parsed form of the Open arguments. Every IA object copies
+// what it needs at creation, so options never change after Open.
+type options struct {
+	ip             net.IP // nil: unspecified
+	requireCRC     bool
+	mpaRev         int
+	backlog        int
+	maxHandshakes  int
+	requestTimeout time.Duration
+	replyTimeout   time.Duration
+	closeTimeout   time.Duration
+}
+
+func defaultOptions() options {
+	return options{
+		mpaRev:         2,
+		backlog:        DefaultBacklog,
+		maxHandshakes:  DefaultMaxHandshakes,
+		requestTimeout: DefaultRequestTimeout,
+		replyTimeout:   DefaultReplyTimeout,
+		closeTimeout:   DefaultCloseTimeout,
+	}
+}
+
+// parseOptions turns Open's args into options. The first argument is the
+// IA address unless it looks like an option.
+func parseOptions(args []string) (options, error) {
+	o := defaultOptions()
+	if len(args) > 0 && !strings.Contains(args[0], "=") {
+		ip, err := parseLocalIP(args[0])
+		if err != nil {
+			return o, err
+		}
+		o.ip = ip
+		args = args[1:]
+	}
+	for _, a := range args {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok {
+			return o, fmt.Errorf("iwarp: option %q: want key=value", a)
+		}
+		var err error
+		switch k {
+		case "crc":
+			o.requireCRC, err = strconv.ParseBool(v)
+		case "mpa_rev":
+			o.mpaRev, err = strconv.Atoi(v)
+			if err == nil && o.mpaRev != 1 && o.mpaRev != 2 {
+				err = fmt.Errorf("revision %d not supported (1 or 2)", o.mpaRev)
+			}
+		case "backlog":
+			o.backlog, err = parsePositive(v)
+		case "max_handshakes":
+			o.maxHandshakes, err = parsePositive(v)
+		case "req_timeout":
+			o.requestTimeout, err = parseTimeout(v)
+		case "rep_timeout":
+			o.replyTimeout, err = parseTimeout(v)
+		case "close_timeout":
+			o.closeTimeout, err = parseTimeout(v)
+		default:
+			err = fmt.Errorf("unknown option")
+		}
+		if err != nil {
+			return o, fmt.Errorf("iwarp: option %q: %w", a, err)
+		}
+	}
+	return o, nil
+}
+
+func parsePositive(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err == nil && n <= 0 {
+		err = fmt.Errorf("must be positive")
+	}
+	return n, err
+}
+
+func parseTimeout(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err == nil && d <= 0 {
+		err = fmt.Errorf("must be positive")
+	}
+	return d, err
+}
+
+// parseLocalIP resolves the IA address argument: an IP literal, an
+// interface name (dat.conf entries such as "eth2 0" name a netdev), or a
+// spelling of "unspecified" (nil).
+func parseLocalIP(s string) (net.IP, error) {
+	switch s {
+	case "", "*":
+		return nil, nil
+	}
+	if ip := net.ParseIP(s); ip != nil {
+		if ip.IsUnspecified() {
+			return nil, nil
+		}
+		return ip, nil
+	}
+	ifi, err := net.InterfaceByName(s)
+	if err != nil {
+		return nil, fmt.Errorf("iwarp: IA address %q is neither an IP nor an interface: %w", s, driver.ErrInvalidAddress)
+	}
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return nil, fmt.Errorf("iwarp: IA interface %q: %v: %w", s, err, driver.ErrInvalidAddress)
+	}
+	var v6 net.IP
+	for _, a := range addrs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		if v4 := ipn.IP.To4(); v4 != nil {
+			return v4, nil
+		}
+		if v6 == nil && !ipn.IP.IsLinkLocalUnicast() {
+			v6 = ipn.IP
+		}
+	}
+	if v6 != nil {
+		return v6, nil
+	}
+	return nil, fmt.Errorf("iwarp: IA interface %q has no usable address: %w", s, driver.ErrInvalidAddress)
+}

@@ -1,0 +1,99 @@
+package iwarp
+
+import (
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/rdmanet/rdmanet/dat/driver"
+)
+
+// SRQ is a shared receive queue. Receives are queued here; the data path
+// takes them (take) when a Send arrives on any QP bound to the SRQ and
+// completes them through that QP's handler.
+type SRQ struct {
+	ia  *IA
+	pd  *PD
+	cfg driver.SRQConfig
+	h   driver.SRQHandler
+
+	mu        sync.Mutex
+	closed    bool
+	wrs       []driver.RecvWR
+	watermark int // armed low watermark, 0: disarmed
+}
+
+var _ driver.SRQ = (*SRQ)(nil)
+
+func newSRQ(ia *IA, pd *PD, cfg driver.SRQConfig, h driver.SRQHandler) *SRQ {
+	return &SRQ{ia: ia, pd: pd, cfg: cfg, h: h, watermark: cfg.LowWatermark}
+}
+
+// PostRecv queues a receive shared by every QP on the SRQ.
+func (s *SRQ) PostRecv(wr driver.RecvWR) error {
+	if len(wr.Local) > s.cfg.MaxRecvSGE {
+		return fmt.Errorf("iwarp: SRQ post recv: %d SGEs exceed %d: %w", len(wr.Local), s.cfg.MaxRecvSGE, driver.ErrResources)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("iwarp: SRQ post recv: %w", net.ErrClosed)
+	}
+	if len(s.wrs) >= s.cfg.MaxRecvWR {
+		return fmt.Errorf("iwarp: SRQ post recv: %d receives posted: %w", len(s.wrs), driver.ErrQueueFull)
+	}
+	wr.Local = append([]driver.SGE(nil), wr.Local...)
+	s.wrs = append(s.wrs, wr)
+	return nil
+}
+
+// SetLowWatermark arms (n > 0) or disarms (0) the low-watermark event.
+func (s *SRQ) SetLowWatermark(n int) error {
+	if n < 0 || n > s.cfg.MaxRecvWR {
+		return fmt.Errorf("iwarp: SRQ watermark %d outside 0..%d: %w", n, s.cfg.MaxRecvWR, driver.ErrResources)
+	}
+	s.mu.Lock()
+	s.watermark = n
+	s.mu.Unlock()
+	return nil
+}
+
+// Posted reports the number of queued receives.
+func (s *SRQ) Posted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.wrs)
+}
+
+// take removes the oldest receive for the data path. When that drops the
+// count below the armed watermark the handler is told once and the
+// watermark disarmed (verbs IBV_EVENT_SRQ_LIMIT_REACHED semantics).
+func (s *SRQ) take() (driver.RecvWR, bool) {
+	s.mu.Lock()
+	if s.closed || len(s.wrs) == 0 {
+		s.mu.Unlock()
+		return driver.RecvWR{}, false
+	}
+	wr := s.wrs[0]
+	s.wrs[0] = driver.RecvWR{}
+	s.wrs = s.wrs[1:]
+	fire := s.watermark > 0 && len(s.wrs) < s.watermark
+	if fire {
+		s.watermark = 0
+	}
+	s.mu.Unlock()
+	if fire && s.h != nil {
+		s.h.LowWatermark()
+	}
+	return wr, true
+}
+
+// Close destroys the SRQ. Its receives are dropped: package dat destroys
+// an SRQ only when no EP uses it, so nothing could complete them.
+func (s *SRQ) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.wrs = nil
+	s.mu.Unlock()
+	return nil
+}
