@@ -45,7 +45,8 @@ type IAOptions struct {
 
 // OpenIA opens the IA called name (dat_ia_open). The name is looked up in
 // the registry (see RegistryEntry); the empty name opens the registry's
-// default entry or DefaultIAName. The IA creates its own async EVD, which
+// default entry or DefaultIAName; "provider:args" (for example
+// "iwarp:127.0.0.1") opens a provider with inline arguments. The IA creates its own async EVD, which
 // AsyncEVD returns.
 func OpenIA(ctx context.Context, name string, opts *IAOptions) (*IA, error) {
 	const op = "dat_ia_open"

@@ -152,8 +152,8 @@ func registryPath() string {
 
 // resolveIA finds the provider and arguments for an IA name: an entry of the
 // registry file, else a provider registered under that name (opened with no
-// arguments). The empty name picks the registry's default entry, else
-// DefaultIAName.
+// arguments), else "provider:args" with the arguments inline. The empty
+// name picks the registry's default entry, else DefaultIAName.
 func resolveIA(name string) (RegistryEntry, error) {
 	path := registryPath()
 	var entries []RegistryEntry
@@ -180,6 +180,13 @@ func resolveIA(name string) (RegistryEntry, error) {
 	}
 	if _, ok := lookupDriver(name); ok {
 		return RegistryEntry{IAName: name, Provider: name}, nil
+	}
+	// "provider:args" names a provider and its instance arguments inline,
+	// e.g. "iwarp:127.0.0.1 crc=1", for programs that need no registry.
+	if prov, args, ok := strings.Cut(name, ":"); ok {
+		if _, known := lookupDriver(prov); known {
+			return RegistryEntry{IAName: name, Provider: prov, Args: strings.Fields(args)}, nil
+		}
 	}
 	return RegistryEntry{}, fmt.Errorf("IA name %q is neither in the registry %s nor a provider name (providers: %s)",
 		name, path, strings.Join(Providers(), ", "))

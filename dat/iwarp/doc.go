@@ -38,6 +38,8 @@
 //	                     reported as driver.ErrUnreachable.
 //	close_timeout=DUR    how long a graceful Disconnect waits for the peer's
 //	                     FIN after sending its own (default 2s).
+//	srq_pz_diff=0|1      whether an EP may use a PD other than its SRQ's
+//	                     (IAAttr.SRQPDDifference, default 1).
 //
 // DUR is a time.ParseDuration string. Unknown keys are an error.
 //

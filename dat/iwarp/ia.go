@@ -68,7 +68,7 @@ func (ia *IA) Attr() driver.IAAttr {
 		MaxORD:          MaxORD,
 		MaxPrivateData:  MaxPrivateData,
 		MaxSRQWR:        maxSRQWR,
-		SRQPDDifference: true, // receives are plain Go memory; any PD will do
+		SRQPDDifference: !ia.opts.sameSRQPD, // receives are plain Go memory; any PD will do
 		MaxMR:           maxMRs,
 		MaxMRSize:       maxMRSize,
 		MemoryWindows:   false, // siw has none either (SIW_MAX_MW 0)

@@ -40,6 +40,9 @@ type options struct {
 	requestTimeout time.Duration
 	replyTimeout   time.Duration
 	closeTimeout   time.Duration
+	// sameSRQPD makes the IA report no srq_ep_pz_difference_support, so
+	// consumers (and dat's tests) can exercise that branch of the DAT rules.
+	sameSRQPD bool
 }
 
 func defaultOptions() options {
@@ -89,6 +92,10 @@ func parseOptions(args []string) (options, error) {
 			o.replyTimeout, err = parseTimeout(v)
 		case "close_timeout":
 			o.closeTimeout, err = parseTimeout(v)
+		case "srq_pz_diff":
+			var diff bool
+			diff, err = strconv.ParseBool(v)
+			o.sameSRQPD = !diff
 		default:
 			err = fmt.Errorf("unknown option")
 		}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The project's test command (README "Test"), also what CI runs.
+#
+#   scripts/test.sh            formatting, vet, unit and integration tests
+#   RDMANET_VM=1 scripts/test.sh   ... plus the QEMU rxe/siw suite (root)
+#
+# -race needs cgo and a C compiler; without one the tests still run, and the
+# script says so.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+	printf 'gofmt: these files need formatting:\n%s\n' "$unformatted" >&2
+	exit 1
+fi
+go vet ./...
+
+race=-race
+if ! CGO_ENABLED=1 go env CC >/dev/null 2>&1 || ! command -v "$(go env CC)" >/dev/null 2>&1; then
+	echo "test.sh: no C compiler, running without -race" >&2
+	race=
+fi
+go test $race -timeout 15m ./...
+
+if [ "${RDMANET_VM:-0}" = 1 ]; then
+	bash test/vm/suite.sh
+fi
