@@ -1,27 +1,310 @@
 package dat
 
-import "github.com/rdmanet/rdmanet/dat/driver"
+import (
+	"fmt"
+
+	"github.com/rdmanet/rdmanet/dat/driver"
+)
+
+// LMRTriplet names local memory for a DTO (DAT_LMR_TRIPLET): Length bytes
+// at registered address Addr of the LMR whose lmr_context is Context. A
+// zero Length makes the other fields irrelevant.
+type LMRTriplet struct {
+	Addr    uint64
+	Length  uint32
+	Context uint32
+}
+
+// RMRTriplet names remote memory for RDMA (DAT_RMR_TRIPLET): Length bytes
+// at Addr of the peer region whose rmr_context (STag, rkey) is Context.
+type RMRTriplet struct {
+	Addr    uint64
+	Length  uint32
+	Context uint32
+}
+
+// maxInlineSGE is how many segments a post converts without allocating.
+const maxInlineSGE = 8
+
+// dtoKind selects the rules one post follows.
+type dtoKind uint8
+
+const (
+	kindRecv dtoKind = iota
+	kindSend
+	kindWrite
+	kindRead
+)
+
+func (k dtoKind) op() string {
+	return [...]string{"dat_ep_post_recv", "dat_ep_post_send", "dat_ep_post_rdma_write", "dat_ep_post_rdma_read"}[k]
+}
+
+// PostRecv posts a receive buffer (dat_ep_post_recv). It is allowed in every
+// EP state; in DISCONNECTED the receive completes at once as flushed.
+// Flags may be DEFAULT, or UNSIGNALLED on an EP whose recv completion flags
+// are UNSIGNALLED. An EP created on an SRQ takes receives only from the
+// SRQ: posting here gives DAT_INVALID_STATE.
+func (ep *EP) PostRecv(iov []LMRTriplet, cookie uint64, flags CompletionFlags) error {
+	return ep.post(kindRecv, iov, cookie, RMRTriplet{}, flags)
+}
+
+// PostSend posts a Send of the bytes described by iov (dat_ep_post_send).
+// It needs a CONNECTED EP (DISCONNECTED: flushed at once; other states:
+// DAT_INVALID_STATE).
+//
+// Flags: SUPPRESS (no event if the Send succeeds), SOLICITED_WAIT (Send
+// with Solicited Event), BARRIER_FENCE (wait for earlier RDMA Reads), and
+// UNSIGNALLED on an EP whose request completion flags are UNSIGNALLED (the
+// event is queued without waking a waiter).
+func (ep *EP) PostSend(iov []LMRTriplet, cookie uint64, flags CompletionFlags) error {
+	return ep.post(kindSend, iov, cookie, RMRTriplet{}, flags)
+}
+
+// PostRDMAWrite writes the bytes described by iov into the peer's memory
+// at remote (dat_ep_post_rdma_write). States and flags are as for
+// PostSend. remote.Length must cover the local data (DAT_LENGTH_ERROR).
+func (ep *EP) PostRDMAWrite(iov []LMRTriplet, cookie uint64, remote RMRTriplet, flags CompletionFlags) error {
+	return ep.post(kindWrite, iov, cookie, remote, flags)
+}
+
+// PostRDMARead reads remote.Length bytes of the peer's memory into iov
+// (dat_ep_post_rdma_read). The local segments must hold them
+// (DAT_LENGTH_ERROR) and be writable by the adapter
+// (DAT_PRIVILEGES_VIOLATION). States and flags are as for PostSend.
+func (ep *EP) PostRDMARead(iov []LMRTriplet, cookie uint64, remote RMRTriplet, flags CompletionFlags) error {
+	return ep.post(kindRead, iov, cookie, remote, flags)
+}
+
+func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTriplet, flags CompletionFlags) error {
+	op := kind.op()
+	if ep == nil {
+		return newError(op, InvalidHandle, HandleEP, "EP is nil")
+	}
+	qmu := &ep.sendMu
+	if kind == kindRecv {
+		qmu = &ep.recvMu
+	}
+	qmu.Lock()
+	defer qmu.Unlock()
+	if err := ep.lock(op); err != nil {
+		return err
+	}
+	ia := ep.ia
+	locked := true
+	defer func() {
+		if locked {
+			ia.mu.Unlock()
+		}
+	}()
+	a := &ep.attr
+	recv := kind == kindRecv
+
+	// State: receives may be posted in every state; send-side requests
+	// need a connection (dat_ep_post_send: CONNECTED, or DISCONNECTED where
+	// they flush).
+	if recv && ep.srq != nil {
+		return newError(op, InvalidState, NoSubtype, "the EP receives from an SRQ: post receives to the SRQ")
+	}
+	if !recv && ep.state != EPConnected && ep.state != EPDisconnected {
+		return ep.stateError(op)
+	}
+	if recv && ep.recvEVD == nil || !recv && ep.reqEVD == nil {
+		return newError(op, InvalidState, NoSubtype, "the EP has no EVD for this completion stream")
+	}
+
+	// Flags.
+	epFlags := normFlags(a.RequestCompletionFlags)
+	allowed := CompletionSuppress | CompletionSolicitedWait | CompletionBarrierFence
+	if recv {
+		epFlags = normFlags(a.RecvCompletionFlags)
+		allowed = 0
+	}
+	if epFlags == CompletionUnsignalled {
+		allowed |= CompletionUnsignalled
+	}
+	if flags&^allowed != 0 {
+		return newError(op, InvalidParameter, Arg(5), "completion flags %#x: allowed here are %#x", flags, allowed)
+	}
+
+	// Segments.
+	maxIOV := a.MaxRequestIOV
+	switch kind {
+	case kindRecv:
+		maxIOV = a.MaxRecvIOV
+	case kindWrite:
+		maxIOV = min(a.MaxRequestIOV, nonZero(a.MaxRDMAWriteIOV, a.MaxRequestIOV))
+	case kindRead:
+		maxIOV = min(a.MaxRequestIOV, nonZero(a.MaxRDMAReadIOV, ia.attr.MaxReadSGE))
+	}
+	if len(iov) > maxIOV {
+		return newError(op, InvalidParameter, Arg(2), "%d segments exceed the EP's limit of %d", len(iov), maxIOV)
+	}
+	var inline [maxInlineSGE]driver.SGE
+	sges := inline[:0]
+	var total uint64
+	needWrite := kind == kindRecv || kind == kindRead
+	for _, t := range iov {
+		if t.Length == 0 {
+			continue // DAT: a zero-length triplet's other fields are ignored
+		}
+		if err := ia.checkLocal(op, ep.pz, t, needWrite); err != nil {
+			return err
+		}
+		sges = append(sges, driver.SGE{Addr: t.Addr, Length: t.Length, LKey: t.Context})
+		total += uint64(t.Length)
+	}
+	switch kind {
+	case kindRecv, kindSend:
+		if total > uint64(a.MaxMessageSize) {
+			return newError(op, LengthError, NoSubtype, "%d bytes exceed max_message_size %d", total, a.MaxMessageSize)
+		}
+	case kindWrite:
+		if total > uint64(a.MaxRDMASize) {
+			return newError(op, LengthError, NoSubtype, "%d bytes exceed max_rdma_size %d", total, a.MaxRDMASize)
+		}
+		if total > uint64(remote.Length) {
+			return newError(op, LengthError, NoSubtype, "%d local bytes do not fit the %d-byte remote segment", total, remote.Length)
+		}
+	case kindRead:
+		if uint64(remote.Length) > uint64(a.MaxRDMASize) {
+			return newError(op, LengthError, NoSubtype, "%d bytes exceed max_rdma_size %d", remote.Length, a.MaxRDMASize)
+		}
+		if uint64(remote.Length) > total {
+			return newError(op, LengthError, NoSubtype, "the %d-byte remote segment does not fit %d local bytes", remote.Length, total)
+		}
+	}
+	fifo := &ep.reqModes
+	if recv {
+		fifo = &ep.recvModes
+	}
+	if fifo.full() {
+		return newError(op, InsufficientResources, NoSubtype, "the EP's work queue is full (%d outstanding)", fifo.n)
+	}
+	mode := deliverNotify
+	switch {
+	case flags&CompletionSuppress != 0:
+		mode = deliverSuppress
+	case flags&CompletionUnsignalled != 0:
+		mode = deliverQuiet
+	}
+	fifo.push(mode)
+	c := driver.Completion{Cookie: cookie, Op: driver.OpRecv, Signaled: mode == deliverNotify}
+	if recv {
+		ep.recvPosted = true
+	} else {
+		c.Op = [...]driver.Opcode{kindSend: driver.OpSend, kindWrite: driver.OpRDMAWrite, kindRead: driver.OpRDMARead}[kind]
+	}
+	if ep.state == EPDisconnected || ep.qp == nil {
+		// A disconnected EP flushes at once: the completion carries the
+		// flushed status, as a provider flush would.
+		c.Status = driver.StatusFlushed
+		locked = false
+		ia.mu.Unlock()
+		ep.complete(c)
+		return nil
+	}
+	qp := ep.qp
+	locked = false
+	ia.mu.Unlock()
+
+	var err error
+	if recv {
+		err = qp.PostRecv(driver.RecvWR{Cookie: cookie, Local: sges})
+	} else {
+		var df driver.SendFlags
+		if flags&(CompletionSuppress|CompletionUnsignalled) == 0 {
+			df |= driver.SendSignaled
+		}
+		if flags&CompletionSolicitedWait != 0 {
+			df |= driver.SendSolicited
+		}
+		if flags&CompletionBarrierFence != 0 {
+			df |= driver.SendFence
+		}
+		err = qp.PostSend(driver.SendWR{Cookie: cookie, Op: c.Op, Flags: df, Local: sges,
+			Remote: driver.RemoteSegment{Addr: remote.Addr, Length: remote.Length, RKey: remote.Context}})
+	}
+	if err != nil {
+		// The provider refused the post, so no completion will come: take
+		// the mode back. Posts of one queue are serialised by postMu, so it
+		// is the newest entry.
+		ia.mu.Lock()
+		fifo.dropNewest()
+		ia.mu.Unlock()
+		return providerError(op, err)
+	}
+	return nil
+}
+
+func nonZero(v, fallback int) int {
+	if v == 0 {
+		return fallback
+	}
+	return v
+}
+
+// checkLocal validates one local segment against the LMR it names:
+// DAT_PRIVILEGES_VIOLATION if no LMR has that context or it lacks local
+// write where the adapter must write, DAT_PROTECTION_VIOLATION if the LMR
+// is in another PZ, DAT_INVALID_PARAMETER if the segment leaves the LMR.
+// Callers hold ia.mu.
+func (ia *IA) checkLocal(op string, pz *PZ, t LMRTriplet, needWrite bool) error {
+	l, ok := ia.lmrByContext[t.Context]
+	if !ok {
+		return newError(op, PrivilegesViolation, NoSubtype, "no LMR has lmr_context %#x", t.Context)
+	}
+	if l.pz != pz {
+		return newError(op, ProtectionViolation, NoSubtype, "the LMR with lmr_context %#x is in another protection zone", t.Context)
+	}
+	base, size := l.prov.Addr(), uint64(len(l.buf))
+	if t.Addr < base || t.Addr-base > size || uint64(t.Length) > size-(t.Addr-base) {
+		return newError(op, InvalidParameter, Arg(3), "segment [%#x, +%d) leaves its LMR [%#x, +%d)", t.Addr, t.Length, base, size)
+	}
+	if needWrite && l.priv&MemPrivLocalWrite == 0 {
+		return newError(op, PrivilegesViolation, PrivilegesWrite, "the LMR with lmr_context %#x lacks local write", t.Context)
+	}
+	return nil
+}
 
 // complete routes a provider completion to the EP's recv or request EVD as
-// a DAT_DTO_COMPLETION_EVENT. Successful unsignalled requests produce no
-// event.
+// a DAT_DTO_COMPLETION_EVENT. A successful DTO posted with SUPPRESS produces
+// no event; one posted UNSIGNALLED, or a receive that was not solicited on
+// a SOLICITED_WAIT stream, is queued without waking a waiter. Errors
+// always produce an event that wakes.
 func (ep *EP) complete(c driver.Completion) {
 	ia := ep.ia
 	ia.mu.Lock()
-	evd := ep.reqEVD
-	if c.Op == driver.OpRecv {
-		evd = ep.recvEVD
-		if ep.recvOutstanding > 0 {
-			ep.recvOutstanding--
-		}
-	} else if ep.reqOutstanding > 0 {
-		ep.reqOutstanding--
+	recv := c.Op == driver.OpRecv
+	evd, flags, fifo := ep.reqEVD, normFlags(ep.attr.RequestCompletionFlags), &ep.reqModes
+	if recv {
+		evd, flags, fifo = ep.recvEVD, normFlags(ep.attr.RecvCompletionFlags), &ep.recvModes
+	}
+	mode := deliverNotify
+	if !recv || ep.srq == nil { // SRQ receives always complete signalled
+		mode = fifo.pop()
 	}
 	ia.mu.Unlock()
-	if evd == nil || (c.Status == driver.StatusSuccess && !c.Signaled && c.Op != driver.OpRecv) {
+	if evd == nil {
 		return
 	}
-	evd.post(Event{Number: DTOCompletionEvent, DTO: DTOCompletion{
+	notify := true
+	if c.Status == driver.StatusSuccess {
+		switch {
+		case mode == deliverSuppress:
+			return
+		case mode == deliverQuiet:
+			notify = false
+		case recv && flags == CompletionSolicitedWait && !c.Solicited:
+			notify = false
+		}
+	}
+	evd.postNotify(Event{Number: DTOCompletionEvent, DTO: DTOCompletion{
 		EP: ep, Cookie: c.Cookie, Status: DTOStatus(c.Status), Length: c.Length, Op: DTOOp(c.Op),
-	}})
+	}}, notify)
+}
+
+// String names an LMR triplet for error messages.
+func (t LMRTriplet) String() string {
+	return fmt.Sprintf("{%#x +%d ctx %#x}", t.Addr, t.Length, t.Context)
 }

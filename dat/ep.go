@@ -3,6 +3,7 @@ package dat
 import (
 	"context"
 	"net/netip"
+	"sync"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
 )
@@ -47,8 +48,14 @@ type EP struct {
 	// recvPosted records that a Recv was ever posted, which freezes the
 	// recv completion flags ([SEED-modify]).
 	recvPosted bool
-	// Outstanding DTO counts, for get_status.
-	recvOutstanding, reqOutstanding int
+	// recvModes and reqModes hold the delivery mode of every outstanding
+	// DTO of each queue, in post order (see modeFIFO); their lengths are
+	// the outstanding counts get_status reports.
+	recvModes, reqModes modeFIFO
+	// recvMu and sendMu serialise the posts of each queue, so modes enter
+	// the FIFO in the order the provider receives the work. Taken before
+	// ia.mu.
+	recvMu, sendMu sync.Mutex
 }
 
 // attempt is one asynchronous connection operation of an EP.
@@ -197,6 +204,8 @@ func (ep *EP) streamProblem(recv, req, conn *EVD, a *EPAttr) string {
 // attach takes references on the EP's objects. Callers hold ia.mu.
 func (ep *EP) attach(pz *PZ, recv, req, conn *EVD, srq *SRQ) {
 	ep.pz, ep.recvEVD, ep.reqEVD, ep.connEVD, ep.srq = pz, recv, req, conn, srq
+	ep.recvModes.resize(ep.attr.MaxRecvDTOs)
+	ep.reqModes.resize(ep.attr.MaxRequestDTOs)
 	if pz != nil {
 		pz.refs++
 	}
@@ -350,7 +359,7 @@ func (ep *EP) GetStatus() (Status, error) {
 		return Status{}, err
 	}
 	defer ep.ia.mu.Unlock()
-	return Status{State: ep.state, RecvIdle: ep.recvOutstanding == 0, RequestIdle: ep.reqOutstanding == 0}, nil
+	return Status{State: ep.state, RecvIdle: ep.recvModes.n == 0, RequestIdle: ep.reqModes.n == 0}, nil
 }
 
 // Reset returns a DISCONNECTED EP to UNCONNECTED so it can connect again
@@ -389,6 +398,9 @@ func (ep *EP) Reset() error {
 	}
 	if ep.state == EPDisconnected {
 		ep.state = EPUnconnected
+		// The provider flushed everything outstanding; any mode left
+		// belongs to work that will never complete.
+		ep.recvModes.n, ep.reqModes.n = 0, 0
 		ep.localAddr, ep.remoteAddr, ep.localPort, ep.remotePort, ep.connQual = netip.Addr{}, netip.Addr{}, 0, 0, 0
 	}
 	return nil

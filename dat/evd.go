@@ -104,7 +104,12 @@ func (e *EVD) Query() (EVDParam, error) {
 
 // post enqueues ev and wakes a waiter whose threshold is met. It reports
 // false if the event was discarded (dead or full EVD).
-func (e *EVD) post(ev Event) bool {
+func (e *EVD) post(ev Event) bool { return e.postNotify(ev, true) }
+
+// postNotify is post, except that with notify false the event is queued
+// without waking a waiter (UNSIGNALLED and unsolicited completions); a
+// later notifying event wakes the waiter for all of them.
+func (e *EVD) postNotify(ev Event, notify bool) bool {
 	ev.EVD = e
 	e.mu.Lock()
 	if e.dead {
@@ -121,7 +126,7 @@ func (e *EVD) post(ev Event) bool {
 	}
 	e.ring[(e.head+e.n)%len(e.ring)] = ev
 	e.n++
-	if e.waiter != nil && e.n >= e.threshold {
+	if notify && e.waiter != nil && e.n >= e.threshold {
 		close(e.waiter)
 		e.waiter = nil
 	}

@@ -30,6 +30,8 @@ type IA struct {
 	rsps   map[*RSP]struct{}
 	srqs   map[*SRQ]struct{}
 	lmrs   map[*LMR]struct{}
+	// lmrByContext finds an LMR from the lmr_context in a DTO segment.
+	lmrByContext map[uint32]*LMR
 
 	// bg counts goroutines (connection attempts, service points) that
 	// Close must wait for.
@@ -77,7 +79,7 @@ func OpenIA(ctx context.Context, name string, opts *IAOptions) (*IA, error) {
 		name: entry.IAName, entry: entry, prov: p, attr: p.Attr(),
 		pzs: map[*PZ]struct{}{}, evds: map[*EVD]struct{}{}, eps: map[*EP]struct{}{},
 		psps: map[*PSP]struct{}{}, rsps: map[*RSP]struct{}{}, srqs: map[*SRQ]struct{}{},
-		lmrs: map[*LMR]struct{}{},
+		lmrs: map[*LMR]struct{}{}, lmrByContext: map[uint32]*LMR{},
 	}
 	ia.async = newEVD(ia, qlen, EVDAsync)
 	ia.async.isAsync = true
@@ -227,7 +229,7 @@ func (ia *IA) Close(flags CloseFlags) error {
 	for _, e := range evds {
 		e.kill()
 	}
-	ia.pzs, ia.evds, ia.eps, ia.psps, ia.rsps, ia.srqs, ia.lmrs = nil, nil, nil, nil, nil, nil, nil
+	ia.pzs, ia.evds, ia.eps, ia.psps, ia.rsps, ia.srqs, ia.lmrs, ia.lmrByContext = nil, nil, nil, nil, nil, nil, nil, nil
 	ia.mu.Unlock()
 	if err := ia.prov.Close(); err != nil {
 		return providerError(op, err)

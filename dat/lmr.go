@@ -4,6 +4,10 @@ import "github.com/rdmanet/rdmanet/dat/driver"
 
 // LMR is a Local Memory Region (DAT_LMR_HANDLE): memory registered with the
 // IA for DTOs and, with remote privileges, for peers' RDMA.
+//
+// Freeing an LMR while DTOs that use it are outstanding is the consumer's
+// error, as in DAT; the provider keeps the memory reachable until they
+// complete.
 type LMR struct {
 	ia    *IA
 	pz    *PZ
@@ -57,7 +61,13 @@ func (ia *IA) CreateLMR(pz *PZ, buf []byte, priv MemPriv) (*LMR, error) {
 		return nil, providerError(op, err)
 	}
 	l := &LMR{ia: ia, pz: pz, prov: mr, buf: buf, priv: priv}
+	if ia.closed {
+		pz.refs--
+		mr.Close()
+		return nil, newError(op, InvalidHandle, HandleIA, "IA closed during registration")
+	}
 	ia.lmrs[l] = struct{}{}
+	ia.lmrByContext[mr.LKey()] = l
 	return l, nil
 }
 
@@ -105,6 +115,7 @@ func (l *LMR) Free() error {
 	l.freed = true
 	l.pz.refs--
 	delete(ia.lmrs, l)
+	delete(ia.lmrByContext, l.prov.LKey())
 	ia.mu.Unlock()
 	if err := l.prov.Close(); err != nil {
 		return providerError(op, err)

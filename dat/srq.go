@@ -170,3 +170,40 @@ type srqEvents struct{ s *SRQ }
 func (h srqEvents) LowWatermark() {
 	h.s.ia.async.post(Event{Number: AsyncSRQLowWatermark, Async: AsyncData{Handle: h.s, Reason: SRQLowWatermark}})
 }
+
+// PostRecv posts a receive buffer to the SRQ (dat_srq_post_recv). Its
+// segments must be in the SRQ's PZ. The completion goes to the recv EVD of
+// whichever EP the message arrives on, always signalled.
+func (s *SRQ) PostRecv(iov []LMRTriplet, cookie uint64) error {
+	const op = "dat_srq_post_recv"
+	if s == nil {
+		return newError(op, InvalidHandle, HandleSRQ, "SRQ is nil")
+	}
+	ia := s.ia
+	ia.mu.Lock()
+	if err := s.check(op, ia); err != nil {
+		ia.mu.Unlock()
+		return err
+	}
+	if len(iov) > s.attr.MaxRecvIOV {
+		ia.mu.Unlock()
+		return newError(op, InvalidParameter, Arg(2), "%d segments exceed the SRQ's limit of %d", len(iov), s.attr.MaxRecvIOV)
+	}
+	var inline [maxInlineSGE]driver.SGE
+	sges := inline[:0]
+	for _, t := range iov {
+		if t.Length == 0 {
+			continue
+		}
+		if err := ia.checkLocal(op, s.pz, t, true); err != nil {
+			ia.mu.Unlock()
+			return err
+		}
+		sges = append(sges, driver.SGE{Addr: t.Addr, Length: t.Length, LKey: t.Context})
+	}
+	ia.mu.Unlock()
+	if err := s.prov.PostRecv(driver.RecvWR{Cookie: cookie, Local: sges}); err != nil {
+		return providerError(op, err)
+	}
+	return nil
+}

@@ -1,0 +1,3 @@
+module rdmanet-vm-selftest
+
+go 1.21
