@@ -3,10 +3,12 @@ module github.com/rdmanet/rdmanet
 go 1.26.8
 
 require (
-	github.com/libp2p/go-reuseport v0.4.0 // indirect
-	github.com/stretchr/testify v1.12.1 // indirect
-	go.uber.org/goleak v1.3.0 // indirect
+	github.com/libp2p/go-reuseport v0.4.0
+	github.com/stretchr/testify v1.12.1
+	go.uber.org/goleak v1.3.0
+)
+
+require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/net v0.62.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )

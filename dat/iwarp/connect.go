@@ -180,7 +180,7 @@ func classify(ctx, actx context.Context, err error, ctxBound bool, replyTimeout 
 			// may fire a moment after the socket's.
 			return fmt.Errorf("%w: %w", err, context.DeadlineExceeded)
 		}
-		return fmt.Errorf("%w: nothing within %v: %w", err, replyTimeout, driver.ErrUnreachable)
+		return fmt.Errorf("%w: no answer within %v: %w", err, replyTimeout, driver.ErrUnreachable)
 	}
 	if isUnreachable(err) {
 		return fmt.Errorf("%w: %w", err, driver.ErrUnreachable)

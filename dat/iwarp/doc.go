@@ -69,7 +69,8 @@
 // RFC 5044 §7.1.2: the responder must not send an FPDU before it received
 // the initiator's first FPDU, and siw fails a connection whose
 // Request/Reply is followed by trailing bytes. The QP therefore records its
-// role: the initiator must transmit first (a hello or the P2P RTR frame),
-// the responder waits until the reader saw the initiator's first bytes (see
-// QP.CanSend).
+// role (ConnInfo.Initiator): the initiator must transmit first (a hello, or
+// the RTR frame when ConnInfo.RTR says peer-to-peer mode was agreed), the
+// responder holds its FPDUs until its reader saw the initiator's first
+// bytes.
 package iwarp

@@ -18,14 +18,9 @@ type eventQueue struct {
 	mu      sync.Mutex
 	q       []func(driver.QPHandler)
 	running bool
-	idle    *sync.Cond // signalled when running turns false
 }
 
-func newEventQueue(h driver.QPHandler) *eventQueue {
-	e := &eventQueue{h: h}
-	e.idle = sync.NewCond(&e.mu)
-	return e
-}
+func newEventQueue(h driver.QPHandler) *eventQueue { return &eventQueue{h: h} }
 
 // post queues fn for delivery.
 func (e *eventQueue) post(fn func(driver.QPHandler)) {
@@ -53,7 +48,6 @@ func (e *eventQueue) run() {
 	}
 	e.running = false
 	e.q = nil
-	e.idle.Broadcast()
 	e.mu.Unlock()
 }
 
@@ -68,14 +62,4 @@ func (e *eventQueue) flushRecvs(wrs []driver.RecvWR) {
 // disconnected posts the Disconnected event.
 func (e *eventQueue) disconnected(err error) {
 	e.post(func(h driver.QPHandler) { h.Disconnected(err) })
-}
-
-// drain waits until every queued event has been delivered. It must not be
-// called from a handler callback.
-func (e *eventQueue) drain() {
-	e.mu.Lock()
-	for e.running {
-		e.idle.Wait()
-	}
-	e.mu.Unlock()
 }

@@ -11,3 +11,6 @@ func ListenerHandshakes(l *Listener) int {
 	defer l.mu.Unlock()
 	return len(l.handshakes)
 }
+
+// QPCanSend is the startup gate of q's connection (nil without one).
+func QPCanSend(q *QP) <-chan struct{} { return q.canSend() }

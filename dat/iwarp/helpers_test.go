@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -62,6 +64,7 @@ type recorder struct {
 	mu           sync.Mutex
 	completions  []driver.Completion
 	disconnects  int
+	log          []string   // "C<cookie>" per completion, "D" per Disconnected
 	disconnected chan error // every Disconnected call, buffered
 }
 
@@ -70,12 +73,14 @@ func newRecorder() *recorder { return &recorder{disconnected: make(chan error, 1
 func (r *recorder) Completion(c driver.Completion) {
 	r.mu.Lock()
 	r.completions = append(r.completions, c)
+	r.log = append(r.log, fmt.Sprintf("C%d", c.Cookie))
 	r.mu.Unlock()
 }
 
 func (r *recorder) Disconnected(err error) {
 	r.mu.Lock()
 	r.disconnects++
+	r.log = append(r.log, "D")
 	r.mu.Unlock()
 	r.disconnected <- err
 }
@@ -84,6 +89,12 @@ func (r *recorder) counts() (completions []driver.Completion, disconnects int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]driver.Completion(nil), r.completions...), r.disconnects
+}
+
+func (r *recorder) events() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.log, " ")
 }
 
 // waitDisconnected returns the argument of the next Disconnected call.

@@ -3,6 +3,8 @@ package iwarp
 import (
 	"fmt"
 	"net"
+
+	"github.com/rdmanet/rdmanet/dat/iwarp/internal/wire"
 )
 
 // Limits of this provider. They mirror siw so that a Go peer and a kernel
@@ -13,12 +15,12 @@ const (
 	MaxIRD = 128
 	MaxORD = 128
 	// MaxPrivateData is the consumer private data limit on connect, accept
-	// and reject: siw's 256-byte MPA_MAX_PRIVDATA minus the 4-byte MPA v2
-	// IRD/ORD block (see the package documentation).
-	MaxPrivateData = 252
+	// and reject (252): siw's 256-byte MPA_MAX_PRIVDATA minus the 4-byte
+	// MPA v2 IRD/ORD block (see the package documentation).
+	MaxPrivateData = wire.MaxConsumerPrivateDataSiw
 	// maxWirePrivateData is the largest PD_Length accepted on receive
 	// (siw refuses more, although RFC 5044 allows 512).
-	maxWirePrivateData = 256
+	maxWirePrivateData = wire.MaxPrivateDataSiw
 )
 
 // RTRMode is the MPA v2 peer-to-peer "ready to receive" frame agreed for a

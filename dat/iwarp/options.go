@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
+	"github.com/rdmanet/rdmanet/dat/iwarp/internal/wire"
 )
 
 // Defaults of the Open options (see the package documentation).
@@ -20,10 +21,10 @@ const (
 	DefaultMaxHandshakes = 128
 	// DefaultRequestTimeout is how long a responder waits for the MPA
 	// Request after accepting the TCP connection (siw MPAREP_TIMEOUT).
-	DefaultRequestTimeout = 5 * time.Second
+	DefaultRequestTimeout = wire.SiwMPARequestTimeout
 	// DefaultReplyTimeout is how long an initiator waits for the MPA Reply
 	// (siw MPAREQ_TIMEOUT).
-	DefaultReplyTimeout = 10 * time.Second
+	DefaultReplyTimeout = wire.SiwMPAReplyTimeout
 	// DefaultCloseTimeout is how long a graceful Disconnect waits for the
 	// peer to close its half of the stream.
 	DefaultCloseTimeout = 2 * time.Second

@@ -1,0 +1,260 @@
+package iwarp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/rdmanet/dat/driver"
+)
+
+func TestResponderLimits(t *testing.T) {
+	cases := []struct{ qpIRD, qpORD, peerIRD, peerORD, ird, ord int }{
+		{1, 1, 1, 1, 1, 1},       // rping
+		{2, 16, 4, 8, 8, 4},      // ORD lowered to peer IRD, IRD raised to peer ORD
+		{16, 2, 4, 8, 16, 2},     // nothing to relax
+		{1, 1, 300, 300, 128, 1}, // peer values capped at the maxima
+		{0, 0, 0, 0, 0, 0},       // no RDMA Reads at all
+		{128, 128, 0, 5, 128, 0}, // peer accepts no Reads: our ORD must be 0
+	}
+	for _, c := range cases {
+		ird, ord := responderLimits(c.qpIRD, c.qpORD, c.peerIRD, c.peerORD)
+		if ird != c.ird || ord != c.ord {
+			t.Errorf("responderLimits(%d,%d, peer %d,%d) = %d,%d, want %d,%d",
+				c.qpIRD, c.qpORD, c.peerIRD, c.peerORD, ird, ord, c.ird, c.ord)
+		}
+	}
+}
+
+func TestInitiatorLimits(t *testing.T) {
+	cases := []struct {
+		qpIRD, repIRD, repORD, ird, ord int
+		fail                            bool
+	}{
+		{1, 1, 1, 1, 1, false},
+		{4, 8, 4, 4, 8, false},       // adopt the reply's values, swapped
+		{4, 8, 100, 100, 8, false},   // relaxed: IRD raised within the maximum
+		{4, 200, 2, 2, 128, false},   // ORD capped at the maximum
+		{4, 1, 129, 0, 0, true},      // insufficient IRD (siw Terminate 6)
+		{129, 1, 129, 129, 1, false}, // unreachable via CreateQP, but not "insufficient"
+	}
+	for _, c := range cases {
+		ird, ord, err := initiatorLimits(c.qpIRD, c.repIRD, c.repORD)
+		if (err != nil) != c.fail || (!c.fail && (ird != c.ird || ord != c.ord)) {
+			t.Errorf("initiatorLimits(%d, reply %d,%d) = %d,%d,%v, want %d,%d fail=%v",
+				c.qpIRD, c.repIRD, c.repORD, ird, ord, err, c.ird, c.ord, c.fail)
+		}
+	}
+}
+
+func TestChooseRTR(t *testing.T) {
+	cases := []struct {
+		p2p, w, r bool
+		want      RTRMode
+	}{
+		{false, true, true, RTRNone},
+		{true, true, true, RTRWrite},
+		{true, false, true, RTRRead},
+		{true, false, false, RTRWrite},
+	}
+	for _, c := range cases {
+		if got := chooseRTR(c.p2p, c.w, c.r); got != c.want {
+			t.Errorf("chooseRTR(%v,%v,%v) = %v, want %v", c.p2p, c.w, c.r, got, c.want)
+		}
+	}
+}
+
+// TestClassify covers the outcomes that cannot be produced on loopback.
+func TestClassify(t *testing.T) {
+	bg := context.Background()
+	sys := func(e syscall.Errno) error {
+		return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", e)}
+	}
+	aborted, abort := context.WithCancelCause(bg)
+	abort(ErrAborted)
+	expired, cancel := context.WithTimeout(bg, 0)
+	defer cancel()
+
+	cases := []struct {
+		name      string
+		ctx, actx context.Context
+		err       error
+		ctxBound  bool
+		want      []error
+		not       []error
+	}{
+		{"host unreachable", bg, bg, sys(syscall.EHOSTUNREACH), false, []error{driver.ErrUnreachable, syscall.EHOSTUNREACH}, nil},
+		{"net unreachable", bg, bg, sys(syscall.ENETUNREACH), false, []error{driver.ErrUnreachable}, nil},
+		{"SYN timeout", bg, bg, sys(syscall.ETIMEDOUT), false, []error{driver.ErrUnreachable}, nil},
+		{"refused", bg, bg, sys(syscall.ECONNREFUSED), false, []error{syscall.ECONNREFUSED}, []error{driver.ErrUnreachable}},
+		{"reset", bg, bg, sys(syscall.ECONNRESET), false, []error{syscall.ECONNRESET}, []error{driver.ErrUnreachable}},
+		{"EOF", bg, bg, fmt.Errorf("MPA reply: %w", io.EOF), false, []error{io.EOF}, []error{driver.ErrUnreachable}},
+		{"reply timeout", bg, bg, os.ErrDeadlineExceeded, false, []error{driver.ErrUnreachable}, []error{context.DeadlineExceeded}},
+		{"caller deadline first", bg, bg, os.ErrDeadlineExceeded, true, []error{context.DeadlineExceeded}, []error{driver.ErrUnreachable}},
+		{"caller deadline", expired, expired, os.ErrDeadlineExceeded, false, []error{context.DeadlineExceeded}, []error{driver.ErrUnreachable}},
+		{"local abort", bg, aborted, os.ErrDeadlineExceeded, false, []error{ErrAborted}, []error{driver.ErrUnreachable, context.DeadlineExceeded}},
+	}
+	for _, c := range cases {
+		err := classify(c.ctx, c.actx, c.err, c.ctxBound, DefaultReplyTimeout)
+		for _, w := range c.want {
+			if !errors.Is(err, w) {
+				t.Errorf("%s: %v does not wrap %v", c.name, err, w)
+			}
+		}
+		for _, w := range c.not {
+			if errors.Is(err, w) {
+				t.Errorf("%s: %v wraps %v", c.name, err, w)
+			}
+		}
+	}
+}
+
+func TestSTagTable(t *testing.T) {
+	tab := newSTagTable(3)
+	mrs := make([]*MR, 4)
+	for i := range mrs {
+		mrs[i] = &MR{}
+	}
+	for i := 0; i < 3; i++ {
+		stag, ok := tab.alloc(mrs[i])
+		if !ok || stag>>8 != uint32(i+1) {
+			t.Fatalf("alloc %d: %#x %v", i, stag, ok)
+		}
+		mrs[i].stag = stag
+	}
+	if _, ok := tab.alloc(mrs[3]); ok {
+		t.Fatal("alloc beyond the limit")
+	}
+	if tab.lookup(mrs[1].stag) != mrs[1] || tab.lookup(mrs[1].stag^0xFF) != nil || tab.lookup(0) != nil {
+		t.Fatal("lookup by STag is wrong")
+	}
+	tab.release(mrs[1].stag)
+	if tab.lookup(mrs[1].stag) != nil {
+		t.Fatal("released STag still found")
+	}
+	stag, ok := tab.alloc(mrs[3])
+	if !ok || stag>>8 != mrs[1].stag>>8 {
+		t.Fatalf("freed index not reused: %#x", stag)
+	}
+}
+
+func TestMRSliceAndPDLookup(t *testing.T) {
+	ia := newIA(defaultOptions())
+	defer ia.Close()
+	dpd, _ := ia.AllocPD()
+	pd := dpd.(*PD)
+	buf := make([]byte, 16)
+	dmr, _ := pd.Register(buf, driver.AccessRemoteWrite)
+	mr := dmr.(*MR)
+	if pd.lookup(mr.RKey()) != mr || ia.stags.lookup(mr.RKey()) != mr {
+		t.Fatal("region not found by its STag")
+	}
+	if b, ok := mr.slice(mr.Addr()+4, 12); !ok || &b[0] != &buf[4] || len(b) != 12 {
+		t.Fatal("in-bounds slice refused")
+	}
+	for _, c := range []struct {
+		off uint64
+		n   uint32
+	}{{0, 17}, {16, 1}, {17, 0}, {^uint64(0) - mr.Addr(), 2}} {
+		if _, ok := mr.slice(mr.Addr()+c.off, c.n); ok {
+			t.Errorf("slice(+%d, %d) accepted", c.off, c.n)
+		}
+	}
+	if _, ok := mr.slice(mr.Addr()-1, 1); ok {
+		t.Error("slice below the region accepted")
+	}
+	mr.Close()
+	if pd.lookup(mr.RKey()) != nil || ia.stags.lookup(mr.RKey()) != nil {
+		t.Fatal("closed region still found")
+	}
+}
+
+type lowRecorder struct{ n int }
+
+func (r *lowRecorder) LowWatermark() { r.n++ }
+
+func TestSRQTakeWatermark(t *testing.T) {
+	ia := newIA(defaultOptions())
+	defer ia.Close()
+	pd, _ := ia.AllocPD()
+	h := &lowRecorder{}
+	ds, _ := ia.CreateSRQ(pd, driver.SRQConfig{MaxRecvWR: 4, LowWatermark: 2}, h)
+	s := ds.(*SRQ)
+	for i := 0; i < 3; i++ {
+		s.PostRecv(driver.RecvWR{Cookie: uint64(i)})
+	}
+	for i := 0; i < 3; i++ {
+		wr, ok := s.take()
+		if !ok || wr.Cookie != uint64(i) {
+			t.Fatalf("take %d: %+v %v", i, wr, ok)
+		}
+	}
+	if _, ok := s.take(); ok {
+		t.Fatal("take from an empty SRQ")
+	}
+	if h.n != 1 {
+		t.Fatalf("LowWatermark called %d times, want once", h.n)
+	}
+}
+
+// TestStartupGate: the initiator may send at once; the responder only
+// after the initiator's first bytes arrived.
+func TestStartupGate(t *testing.T) {
+	ctx := context.Background()
+	ia := newIA(defaultOptions())
+	ia.opts.ip = net.IPv4(127, 0, 0, 1)
+	defer ia.Close()
+	dl, err := ia.Listen(driver.ListenConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	iq, _ := ia.CreateQP(driver.QPConfig{}, nil)
+	rq, _ := ia.CreateQP(driver.QPConfig{}, nil)
+	ini, resp := iq.(*QP), rq.(*QP)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := ini.Connect(ctx, dl.Addr(), nil)
+		errc <- err
+	}()
+	req, err := dl.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := req.Accept(ctx, resp, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ini.canSend():
+	default:
+		t.Fatal("initiator may not send")
+	}
+	select {
+	case <-resp.canSend():
+		t.Fatal("responder may send before the initiator's first FPDU")
+	default:
+	}
+	if info, _ := ini.ConnInfo(); !info.Initiator {
+		t.Fatal("initiator not marked")
+	}
+	// The data path's first FPDU, here just bytes on the socket.
+	ini.mu.Lock()
+	tc := ini.conn.tc
+	ini.mu.Unlock()
+	if _, err := tc.Write([]byte{0, 0}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-resp.canSend():
+	case <-time.After(10 * time.Second):
+		t.Fatal("responder's gate still closed after the initiator's first bytes")
+	}
+}
