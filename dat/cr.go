@@ -102,6 +102,7 @@ func (cr *CR) Accept(ep *EP, privateData []byte) error {
 		return newError(op, InvalidState, StateEPNotReady, "EP has no protection zone")
 	}
 	cr.freed = true
+	delete(ia.crs, cr)
 	target.cr = nil
 	target.providerOwned = false // accepted: the consumer owns it now
 	target.state = EPCompletionPending
@@ -133,6 +134,7 @@ func (ep *EP) acceptDone(a *attempt, qp driver.QP, err error) {
 		return
 	}
 	ep.attempt = nil
+	lost, lostErr := a.lost, a.lostErr
 	ev := Event{Conn: ConnectionData{EP: ep, Err: err}}
 	if err == nil {
 		ep.state = EPConnected
@@ -146,6 +148,9 @@ func (ep *EP) acceptDone(a *attempt, qp driver.QP, err error) {
 	ia.mu.Unlock()
 	if evd != nil {
 		evd.post(ev)
+	}
+	if err == nil && lost {
+		epEvents{ep}.Disconnected(lostErr)
 	}
 }
 
@@ -179,6 +184,7 @@ func (cr *CR) Reject(privateData []byte) error {
 // release its QP). Callers hold ia.mu.
 func (cr *CR) releaseEPLocked() *EP {
 	cr.freed = true
+	delete(cr.ia.crs, cr)
 	ep := cr.ep
 	if ep == nil {
 		return nil

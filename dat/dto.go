@@ -23,7 +23,8 @@ type RMRTriplet struct {
 	Context uint32
 }
 
-// maxInlineSGE is how many segments a post converts without allocating.
+// maxInlineSGE is how many segments a post converts without allocating;
+// longer IOVs grow the scratch slice once.
 const maxInlineSGE = 8
 
 // dtoKind selects the rules one post follows.
@@ -140,8 +141,14 @@ func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTrip
 	if len(iov) > maxIOV {
 		return newError(op, InvalidParameter, Arg(2), "%d segments exceed the EP's limit of %d", len(iov), maxIOV)
 	}
-	var inline [maxInlineSGE]driver.SGE
-	sges := inline[:0]
+	// The segments go through a scratch array owned by this queue (guarded
+	// by qmu): a stack array would escape through the provider interface
+	// and allocate on every post.
+	scratch := &ep.sendSGE
+	if recv {
+		scratch = &ep.recvSGE
+	}
+	sges := scratch[:0]
 	var total uint64
 	needWrite := kind == kindRecv || kind == kindRead
 	for _, t := range iov {

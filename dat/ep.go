@@ -56,11 +56,18 @@ type EP struct {
 	// the FIFO in the order the provider receives the work. Taken before
 	// ia.mu.
 	recvMu, sendMu sync.Mutex
+	// recvSGE and sendSGE are the queues' segment scratch, guarded by
+	// recvMu and sendMu.
+	recvSGE, sendSGE [maxInlineSGE]driver.SGE
 }
 
 // attempt is one asynchronous connection operation of an EP.
 type attempt struct {
 	cancel context.CancelFunc
+	// lost records that the provider reported the new connection's end
+	// (with lostErr) before the attempt itself completed; guarded by ia.mu.
+	lost    bool
+	lostErr error
 }
 
 // CreateEP creates an endpoint in DAT_EP_STATE_UNCONNECTED (dat_ep_create).

@@ -134,6 +134,7 @@ func (ep *EP) connectDone(a *attempt, qp driver.QP, res driver.ConnectResult, er
 		return
 	}
 	ep.attempt = nil
+	lost, lostErr := a.lost, a.lostErr
 	ev := Event{Conn: ConnectionData{EP: ep, Err: err}}
 	var reject *driver.RejectError
 	switch {
@@ -160,6 +161,9 @@ func (ep *EP) connectDone(a *attempt, qp driver.QP, res driver.ConnectResult, er
 	ia.mu.Unlock()
 	if evd != nil {
 		evd.post(ev)
+	}
+	if err == nil && lost {
+		epEvents{ep}.Disconnected(lostErr)
 	}
 }
 
@@ -277,6 +281,13 @@ func (h epEvents) Disconnected(err error) {
 	ep := h.ep
 	ia := ep.ia
 	ia.mu.Lock()
+	if a := ep.attempt; a != nil && !ep.freed && (ep.state == EPActiveConnectionPending || ep.state == EPCompletionPending) {
+		// The connection ended before its establishment was reported:
+		// connectDone or acceptDone reports ESTABLISHED, then this.
+		a.lost, a.lostErr = true, err
+		ia.mu.Unlock()
+		return
+	}
 	if ep.freed || (ep.state != EPConnected && ep.state != EPDisconnectPending) {
 		ia.mu.Unlock()
 		return

@@ -86,20 +86,22 @@ type EVDParam struct {
 	// Overflowed reports that an event was discarded because the EVD was
 	// full.
 	Overflowed bool
+	// Waiting reports that a caller is blocked in Wait.
+	Waiting bool
 }
 
 // Query reports the EVD's parameters (dat_evd_query).
 func (e *EVD) Query() (EVDParam, error) {
 	const op = "dat_evd_query"
 	if e == nil {
-		return EVDParam{}, newError(op, InvalidHandle, HandleEVDConn, "EVD is nil")
+		return EVDParam{}, newError(op, InvalidHandle, NoSubtype, "EVD is nil")
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.dead {
 		return EVDParam{}, newError(op, InvalidHandle, NoSubtype, "EVD is freed")
 	}
-	return EVDParam{IA: e.ia, QLen: len(e.ring), Flags: e.flags, Queued: e.n, Overflowed: e.overflowed}, nil
+	return EVDParam{IA: e.ia, QLen: len(e.ring), Flags: e.flags, Queued: e.n, Overflowed: e.overflowed, Waiting: e.waiter != nil}, nil
 }
 
 // post enqueues ev and wakes a waiter whose threshold is met. It reports

@@ -32,6 +32,9 @@ type IA struct {
 	lmrs   map[*LMR]struct{}
 	// lmrByContext finds an LMR from the lmr_context in a DTO segment.
 	lmrByContext map[uint32]*LMR
+	// crs holds the connection requests reported but not yet accepted or
+	// rejected, so that Close can refuse them.
+	crs map[*CR]struct{}
 
 	// bg counts goroutines (connection attempts, service points) that
 	// Close must wait for.
@@ -79,7 +82,7 @@ func OpenIA(ctx context.Context, name string, opts *IAOptions) (*IA, error) {
 		name: entry.IAName, entry: entry, prov: p, attr: p.Attr(),
 		pzs: map[*PZ]struct{}{}, evds: map[*EVD]struct{}{}, eps: map[*EP]struct{}{},
 		psps: map[*PSP]struct{}{}, rsps: map[*RSP]struct{}{}, srqs: map[*SRQ]struct{}{},
-		lmrs: map[*LMR]struct{}{}, lmrByContext: map[uint32]*LMR{},
+		lmrs: map[*LMR]struct{}{}, lmrByContext: map[uint32]*LMR{}, crs: map[*CR]struct{}{},
 	}
 	ia.async = newEVD(ia, qlen, EVDAsync)
 	ia.async.isAsync = true
@@ -200,8 +203,28 @@ func (ia *IA) Close(flags CloseFlags) error {
 	ia.closed = true
 	eps, psps, rsps := keys(ia.eps), keys(ia.psps), keys(ia.rsps)
 	srqs, lmrs, pzs, evds := keys(ia.srqs), keys(ia.lmrs), keys(ia.pzs), keys(ia.evds)
+	crs := keys(ia.crs)
 	for _, ep := range eps {
 		ep.destroyLocked()
+	}
+	// Every handle of the IA is invalid from now on.
+	for _, s := range psps {
+		s.freed = true
+	}
+	for _, s := range rsps {
+		s.freed = true
+	}
+	for _, s := range srqs {
+		s.freed = true
+	}
+	for _, m := range lmrs {
+		m.freed = true
+	}
+	for _, p := range pzs {
+		p.freed = true
+	}
+	for _, cr := range crs {
+		cr.freed = true
 	}
 	ia.mu.Unlock()
 
@@ -211,6 +234,9 @@ func (ia *IA) Close(flags CloseFlags) error {
 	}
 	for _, s := range rsps {
 		s.shutdown()
+	}
+	for _, cr := range crs {
+		cr.req.Abort() // the initiator sees a non-peer reject
 	}
 	for _, ep := range eps {
 		ep.releaseProvider()

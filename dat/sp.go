@@ -142,6 +142,7 @@ func (psp *PSP) serve(ctx context.Context) {
 			continue
 		}
 		cr := &CR{ia: ia, req: req, psp: psp, qual: psp.qual}
+		ia.crs[cr] = struct{}{}
 		if psp.flags == PSPProvider {
 			ep := &EP{ia: ia, state: EPTentativeConnectionPending, providerOwned: true, attr: ia.defaultEPAttr(nil, nil), cr: cr}
 			ia.eps[ep] = struct{}{}
@@ -280,6 +281,7 @@ func (rsp *RSP) serve(ctx context.Context) {
 	rsp.evd.refs--
 	rsp.evd.streams.cr--
 	cr := &CR{ia: ia, req: req, qual: rsp.qual, ep: ep}
+	ia.crs[cr] = struct{}{}
 	ep.rsp = nil
 	ep.cr = cr
 	ep.state = EPPassiveConnectionPending

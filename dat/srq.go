@@ -1,6 +1,10 @@
 package dat
 
-import "github.com/rdmanet/rdmanet/dat/driver"
+import (
+	"sync"
+
+	"github.com/rdmanet/rdmanet/dat/driver"
+)
 
 // AsyncSRQLowWatermark is the async event reporting that an SRQ's posted
 // receives fell below its low watermark. DAT 2.0 defines the reason
@@ -30,6 +34,9 @@ type SRQ struct {
 	attr  SRQAttr
 	refs  int  // EPs using it; guarded by ia.mu
 	freed bool // guarded by ia.mu
+	// postMu serialises posts; sge is their segment scratch.
+	postMu sync.Mutex
+	sge    [maxInlineSGE]driver.SGE
 }
 
 // CreateSRQ creates a shared receive queue in pz (dat_srq_create).
@@ -179,6 +186,8 @@ func (s *SRQ) PostRecv(iov []LMRTriplet, cookie uint64) error {
 	if s == nil {
 		return newError(op, InvalidHandle, HandleSRQ, "SRQ is nil")
 	}
+	s.postMu.Lock()
+	defer s.postMu.Unlock()
 	ia := s.ia
 	ia.mu.Lock()
 	if err := s.check(op, ia); err != nil {
@@ -189,8 +198,7 @@ func (s *SRQ) PostRecv(iov []LMRTriplet, cookie uint64) error {
 		ia.mu.Unlock()
 		return newError(op, InvalidParameter, Arg(2), "%d segments exceed the SRQ's limit of %d", len(iov), s.attr.MaxRecvIOV)
 	}
-	var inline [maxInlineSGE]driver.SGE
-	sges := inline[:0]
+	sges := s.sge[:0]
 	for _, t := range iov {
 		if t.Length == 0 {
 			continue

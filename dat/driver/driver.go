@@ -132,8 +132,14 @@ type QP interface {
 	// connection (nil before).
 	Addrs() (local, remote net.Addr)
 	// PostRecv posts a receive buffer.
+	//
+	// A posted work request completes exactly once (successfully, in
+	// error, or flushed), and the work requests of one queue complete in
+	// the order they were posted: package dat relies on both. The provider
+	// must not keep wr.Local after returning; it is reused.
 	PostRecv(wr RecvWR) error
-	// PostSend posts a send-side work request (Send, RDMA Write, RDMA Read).
+	// PostSend posts a send-side work request (Send, RDMA Write, RDMA
+	// Read), with the same completion and ownership rules as PostRecv.
 	PostSend(wr SendWR) error
 	// Close destroys the QP, flushing anything still posted.
 	Close() error
