@@ -1,4 +1,4 @@
-//go:build !verbs
+//go:build !(verbs && linux && cgo)
 
 package dat
 

@@ -128,6 +128,12 @@ func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTrip
 		return newError(op, InvalidParameter, Arg(5), "completion flags %#x: allowed here are %#x", flags, allowed)
 	}
 
+	// An EP with max_rdma_read_out 0 negotiated no outbound Read depth:
+	// the peer would refuse the Read (siw) or never answer it (rxe).
+	if kind == kindRead && a.MaxRDMAReadOut == 0 {
+		return newError(op, InvalidState, NoSubtype, "max_rdma_read_out is 0: set it with dat_ep_modify before connecting to post RDMA Reads")
+	}
+
 	// Segments.
 	maxIOV := a.MaxRequestIOV
 	switch kind {

@@ -201,3 +201,12 @@ func TestDTOQueueFull(t *testing.T) {
 	require.NoError(t, ep.PostRecv([]dat.LMRTriplet{rw.seg(8, 8)}, 2, dat.CompletionDefault))
 	requireCode(t, ep.PostRecv([]dat.LMRTriplet{rw.seg(16, 8)}, 3, dat.CompletionDefault), dat.InsufficientResources, 0)
 }
+
+// An RDMA Read needs an outbound Read depth: with max_rdma_read_out 0 (the
+// default) the post is refused instead of stalling the queue.
+func TestDTOReadNeedsReadOut(t *testing.T) {
+	c, s := newSide(t, "lo"), newSide(t, "lo")
+	cep, _, _ := connected(t, c, s, nil, nil)
+	rw := register(t, c, c.pz, 64, dat.MemPrivLocalWrite)
+	requireCode(t, cep.PostRDMARead([]dat.LMRTriplet{rw.seg(0, 8)}, 1, rw.remote(0, 8), dat.CompletionDefault), dat.InvalidState, 0)
+}

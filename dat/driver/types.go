@@ -197,7 +197,10 @@ type Completion struct {
 	// Length is the number of bytes transferred (receives: the message
 	// length) on success.
 	Length uint32
-	// Solicited is set on a receive completed by a Send with SE.
+	// Solicited is set on a receive completed by a Send with SE. A
+	// provider that cannot tell (verbs work completions do not say) sets
+	// it on every successful receive, so a SOLICITED_WAIT stream wakes too
+	// often rather than never.
 	Solicited bool
 	// Signaled is false for a successful send-side request posted without
 	// SendSignaled; package dat then suppresses the event.

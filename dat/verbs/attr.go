@@ -1,0 +1,85 @@
+//go:build verbs && linux && cgo
+
+package verbs
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"fmt"
+
+	"github.com/rdmanet/rdmanet/dat/driver"
+)
+
+// Private-data limits per transport (spec rdma-cm-mapping.md §10.3): on
+// IB and RoCE the REQ is the binding constraint (92 bytes minus the 36-byte
+// rdma_cm header). On iWARP the spec's 252 (siw's 256-byte MPA_MAX_PRIVDATA
+// minus the 4-byte MPA v2 IRD/ORD block) is one too many for kernel siw as
+// a sender: siw_send_mpareqrep adds the 4 bytes to a u8 length, so 252
+// consumer bytes go out with PD_Length 0 and the peer drops the connection
+// (measured: connect, accept and reject all fail at 252 and work at 251).
+const (
+	maxPrivateDataIB    = 56
+	maxPrivateDataIWARP = 251
+)
+
+// maxSGE caps the SGE count so that a post can build its list in a fixed
+// scratch array (QP.sges); no common device allows more.
+const maxSGE = 32
+
+// devLimits are device limits that IAAttr has no field for.
+type devLimits struct {
+	maxCQE    int // entries of one CQ
+	maxSRQSGE int // SGEs of one SRQ receive
+}
+
+// queryAttr derives the IA attributes from ibv_query_device and
+// ibv_query_port.
+func queryAttr(ctx *C.struct_ibv_context, port uint8) (driver.IAAttr, devLimits, error) {
+	var da C.struct_ibv_device_attr
+	var pa C.struct_ibv_port_attr
+	if rc := C.shim_query(ctx, C.uint8_t(port), &da, &pa); rc != 0 {
+		return driver.IAAttr{}, devLimits{}, fmt.Errorf("query device: %w", errnoOf(rc))
+	}
+	a := driver.IAAttr{
+		Name:           deviceName(ctx),
+		MaxQPs:         int(da.max_qp),
+		MaxWRPerQP:     int(da.max_qp_wr),
+		MaxSGE:         min(int(da.max_sge), maxSGE),
+		MaxReadSGE:     min(int(da.max_sge_rd), maxSGE),
+		MaxMessageSize: uint32(pa.max_msg_sz),
+		MaxRDMASize:    uint32(pa.max_msg_sz),
+		// rdma_conn_param carries the depths in a byte.
+		MaxIRD:        min(int(da.max_qp_rd_atom), 255),
+		MaxORD:        min(int(da.max_qp_init_rd_atom), 255),
+		MaxMR:         int(da.max_mr),
+		MaxMRSize:     uint64(da.max_mr_size),
+		MemoryWindows: da.max_mw > 0,
+		// The IB spec leaves it to the device whether an SRQ may serve
+		// QPs of another PD; say no, which every device honours.
+		SRQPDDifference: false,
+	}
+	if a.MaxReadSGE == 0 {
+		// max_sge_rd is an IB "RD" QP limit some drivers leave at zero;
+		// reads then use the ordinary SGE limit.
+		a.MaxReadSGE = a.MaxSGE
+	}
+	if da.max_srq > 0 {
+		a.MaxSRQWR = int(da.max_srq_wr)
+	}
+	switch {
+	case C.shim_transport(ctx) == C.IBV_TRANSPORT_IWARP:
+		a.Transport = driver.TransportIWARP
+		a.MaxPrivateData = maxPrivateDataIWARP
+	case pa.link_layer == C.IBV_LINK_LAYER_ETHERNET:
+		a.Transport = driver.TransportRoCE
+		a.MaxPrivateData = maxPrivateDataIB
+	default:
+		a.Transport = driver.TransportIB
+		a.MaxPrivateData = maxPrivateDataIB
+	}
+	lim := devLimits{maxCQE: int(da.max_cqe), maxSRQSGE: min(int(da.max_srq_sge), maxSGE)}
+	return a, lim, nil
+}

@@ -1,0 +1,304 @@
+//go:build verbs && linux && cgo
+
+package verbs
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+
+	"github.com/rdmanet/rdmanet/dat/driver"
+)
+
+// Address and route resolution timeouts, in milliseconds (rdma_create_ep
+// uses 2000 for each).
+const (
+	resolveAddrMS  = 2000
+	resolveRouteMS = 2000
+)
+
+// attempt is one Connect or Request.Accept in progress. The QP's CM events
+// reach it through events; Disconnect and Close cancel it and wait for
+// done. By then a failed attempt has flushed what was posted and handed
+// the destruction of its connection to a goroutine counted in
+// QP.tearing.
+type attempt struct {
+	events    chan cmEvent
+	abort     chan struct{}
+	abortOnce sync.Once
+	done      chan struct{}
+	cancelled bool // guarded by QP.mu
+}
+
+func (a *attempt) cancel() {
+	a.cancelled = true
+	a.abortOnce.Do(func() { close(a.abort) })
+}
+
+// begin moves an unconnected QP to connecting.
+func (q *QP) begin(op string) (*attempt, driver.QPConfig, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.state != qpIdle {
+		return nil, driver.QPConfig{}, errInvalidState(op, q.state)
+	}
+	a := &attempt{events: make(chan cmEvent, 8), abort: make(chan struct{}), done: make(chan struct{})}
+	q.attempt = a
+	q.state = qpConnecting
+	return a, q.cfg, nil
+}
+
+// finish ends an attempt. On success the QP is connected (and any event
+// that raced the outcome, such as an immediate DISCONNECTED, is applied);
+// on failure, or when Disconnect/Close overtook it, the connection is torn
+// down, everything posted completes flushed, and the QP is disconnected.
+func (q *QP) finish(a *attempt, err error) error {
+	defer close(a.done)
+	q.mu.Lock()
+	q.attempt = nil
+	if err == nil && a.cancelled {
+		err = ErrAborted
+	}
+	if err == nil {
+		q.state = qpConnected
+		if c := q.conn; c != nil {
+			q.local, q.remote = idAddr(c.id, false), idAddr(c.id, true)
+		}
+	drain:
+		for q.state == qpConnected {
+			select {
+			case ev := <-a.events:
+				q.connEventLocked(&ev)
+			default:
+				break drain
+			}
+		}
+		q.mu.Unlock()
+		return nil
+	}
+	c := q.conn
+	q.conn = nil
+	if q.state != qpClosed {
+		q.state = qpDisconnected
+	}
+	if c == nil {
+		q.flushAllLocked()
+		q.mu.Unlock()
+		return err
+	}
+	// Flushing starts now; destroying the objects runs in the background
+	// because rdma_destroy_id on an iWARP id whose connect is unanswered
+	// blocks in the kernel until the MPA reply timeout (siw: 10 s).
+	// Reset and Close wait for it.
+	if c.qp != nil && c.idle() {
+		C.shim_qp_to_error(c.qp)
+	}
+	q.tearing.Add(1)
+	q.mu.Unlock()
+	go func() {
+		defer q.tearing.Done()
+		q.teardown(c)
+	}()
+	return err
+}
+
+// await returns the next CM event of the attempt, or the reason it ended.
+func (q *QP) await(ctx context.Context, a *attempt) (cmEvent, error) {
+	select {
+	case ev := <-a.events:
+		return ev, nil
+	case <-ctx.Done():
+		return cmEvent{}, ctx.Err()
+	case <-a.abort:
+		return cmEvent{}, ErrAborted
+	}
+}
+
+// Connect establishes a connection to remote (a *net.TCPAddr whose port is
+// the rdma_cm port): resolve address and route, create the verbs QP, then
+// rdma_connect with IRD/ORD from the configuration and privateData. See
+// doc.go for how each outcome is reported. On iWARP, rdma_connect makes the
+// TCP connection synchronously inside the kernel; ctx is checked again
+// once it returns.
+func (q *QP) Connect(ctx context.Context, remote net.Addr, privateData []byte) (driver.ConnectResult, error) {
+	raddr, err := remoteTCPAddr(remote)
+	if err != nil {
+		return driver.ConnectResult{}, fmt.Errorf("verbs: connect %v: %w", remote, err)
+	}
+	prefix := "verbs: connect " + raddr.String()
+	if max := q.ia.attr.MaxPrivateData; len(privateData) > max {
+		return driver.ConnectResult{}, fmt.Errorf("%s: %d bytes of private data exceed the limit of %d", prefix, len(privateData), max)
+	}
+	if (raddr.IP.To4() == nil) != (q.ia.ip.To4() == nil) {
+		return driver.ConnectResult{}, fmt.Errorf("%s: address family differs from the IA's %s: %w", prefix, q.ia.ip, driver.ErrInvalidAddress)
+	}
+	a, cfg, err := q.begin("connect")
+	if err != nil {
+		return driver.ConnectResult{}, err
+	}
+	res, err := q.connect(ctx, a, cfg, raddr, privateData)
+	if err == nil {
+		// The kernel may have finished while ctx expired (iWARP's
+		// synchronous TCP connect): report the deadline, as DAT wants.
+		err = ctx.Err()
+	}
+	if err = q.finish(a, err); err != nil {
+		return driver.ConnectResult{}, fmt.Errorf("%s: %w", prefix, err)
+	}
+	return res, nil
+}
+
+func (q *QP) connect(ctx context.Context, a *attempt, cfg driver.QPConfig, raddr *net.TCPAddr, pdata []byte) (driver.ConnectResult, error) {
+	c, err := q.newConnID()
+	if err != nil {
+		return driver.ConnectResult{}, err
+	}
+	q.mu.Lock()
+	q.conn = c
+	q.mu.Unlock()
+
+	src, dst := ipBytes(q.ia.ip), ipBytes(raddr.IP)
+	if rc := C.shim_resolve_addr(c.id, (*C.uint8_t)(cBytes(src)), C.int(len(src)),
+		(*C.uint8_t)(cBytes(dst)), C.int(len(dst)), C.uint16_t(raddr.Port), resolveAddrMS); rc != 0 {
+		return driver.ConnectResult{}, syncError("rdma_resolve_addr", errnoOf(rc))
+	}
+	if err := q.expect(ctx, a, cmAddrResolved); err != nil {
+		return driver.ConnectResult{}, err
+	}
+	if rc := C.shim_resolve_route(c.id, resolveRouteMS); rc != 0 {
+		return driver.ConnectResult{}, syncError("rdma_resolve_route", errnoOf(rc))
+	}
+	if err := q.expect(ctx, a, cmRouteResolved); err != nil {
+		return driver.ConnectResult{}, err
+	}
+	if err := q.createVerbsQP(c, cfg); err != nil {
+		return driver.ConnectResult{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return driver.ConnectResult{}, err
+	}
+	if err := q.rdmaConnect(ctx, a, c, cfg, pdata); err != nil {
+		return driver.ConnectResult{}, err
+	}
+	ev, err := q.await(ctx, a)
+	if err != nil {
+		return driver.ConnectResult{}, err
+	}
+	if ev.typ != cmEstablished {
+		return driver.ConnectResult{}, q.failure(&ev)
+	}
+	return driver.ConnectResult{PrivateData: q.ia.receivedPD(ev.pdata)}, nil
+}
+
+// rdmaConnect calls rdma_connect off the caller's goroutine. On iWARP the
+// call makes the TCP connection synchronously in the kernel (siw_connect),
+// which toward a silent host lasts as long as the kernel's SYN retries;
+// ctx and aborts must not wait for that. The call's goroutine marks c busy
+// until it returns, and teardown waits for it before destroying anything.
+func (q *QP) rdmaConnect(ctx context.Context, a *attempt, c *conn, cfg driver.QPConfig, pdata []byte) error {
+	res := make(chan error, 1)
+	c.busy = make(chan struct{})
+	go func() {
+		defer close(c.busy)
+		res <- errnoOf(C.shim_connect(c.id, cBytes(pdata), C.int(len(pdata)), C.int(cfg.IRD), C.int(cfg.ORD)))
+	}()
+	select {
+	case err := <-res:
+		if err != nil {
+			return syncError("rdma_connect", err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-a.abort:
+		return ErrAborted
+	}
+}
+
+// expect awaits one event of type want; anything else ends the attempt.
+func (q *QP) expect(ctx context.Context, a *attempt, want cmEventType) error {
+	ev, err := q.await(ctx, a)
+	if err != nil {
+		return err
+	}
+	if ev.typ != want {
+		return q.failure(&ev)
+	}
+	return nil
+}
+
+// failure classifies an event that ended establishment (doc.go, "Outcomes
+// of Connect").
+func (q *QP) failure(ev *cmEvent) error {
+	switch ev.typ {
+	case cmRejected:
+		if q.ia.attr.Transport == driver.TransportIWARP {
+			// The kernel reports an MPA Reply with R and a plain TCP
+			// reset alike (-ECONNRESET); only a reply can carry data.
+			if len(ev.pdata) > 0 {
+				return &driver.RejectError{PrivateData: ev.pdata}
+			}
+			return fmt.Errorf("%w (no private data: not a consumer reject)", ev.err())
+		}
+		if ev.status == ibRejectConsumer {
+			return &driver.RejectError{PrivateData: q.ia.receivedPD(ev.pdata)}
+		}
+		return ev.err()
+	case cmAddrError, cmRouteError, cmUnreachable, cmConnectError:
+		return fmt.Errorf("%w: %w", ev.err(), driver.ErrUnreachable)
+	}
+	return ev.err()
+}
+
+// syncError classifies a CM call that failed at once.
+func syncError(call string, err error) error {
+	if isUnreachable(err) {
+		return fmt.Errorf("%s: %w: %w", call, err, driver.ErrUnreachable)
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("%s: %w (nobody listening)", call, err)
+	}
+	return fmt.Errorf("%s: %w", call, err)
+}
+
+// receivedPD trims private data received over the IB CM, which has no
+// length field: the event carries the whole message field (REQ 56, REP
+// 196, REJ 148 bytes), zero-padded. Nothing past MaxPrivateData can be
+// consumer data from a peer that honours the same limit, so it is cut
+// there; the consumer's bytes arrive zero-padded to 56.
+func (ia *IA) receivedPD(b []byte) []byte {
+	if ia.attr.Transport != driver.TransportIWARP && len(b) > ia.attr.MaxPrivateData {
+		return b[:ia.attr.MaxPrivateData]
+	}
+	return b
+}
+
+// remoteTCPAddr accepts a *net.TCPAddr or anything whose String is ip:port.
+func remoteTCPAddr(a net.Addr) (*net.TCPAddr, error) {
+	var ta *net.TCPAddr
+	switch v := a.(type) {
+	case *net.TCPAddr:
+		ta = v
+	case nil:
+		return nil, fmt.Errorf("no remote address: %w", driver.ErrInvalidAddress)
+	default:
+		ap, err := netip.ParseAddrPort(a.String())
+		if err != nil {
+			return nil, fmt.Errorf("remote address %q: %v: %w", a.String(), err, driver.ErrInvalidAddress)
+		}
+		ta = net.TCPAddrFromAddrPort(ap)
+	}
+	if ta.Port == 0 || ta.Port > 0xFFFF || ta.IP == nil || ta.IP.IsUnspecified() {
+		return nil, fmt.Errorf("remote address %v: need an IP and a port: %w", ta, driver.ErrInvalidAddress)
+	}
+	return ta, nil
+}

@@ -1,0 +1,101 @@
+//go:build verbs && linux && cgo
+
+package verbs
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync"
+	"syscall"
+)
+
+// device is the process-wide reader of one ibv_context's async event fd.
+// librdmacm shares a single context per device among all its ids, so IAs
+// on the same device share this loop (refcounted): with one reader per IA
+// each event would reach only one of them.
+type device struct {
+	ctx   *C.struct_ibv_context
+	refs  int // guarded by devices.mu
+	loop  *fdLoop
+	batch []C.struct_shim_async_event // owned by the loop
+}
+
+var devices struct {
+	mu sync.Mutex
+	m  map[*C.struct_ibv_context]*device
+}
+
+// asyncOwner is what a QP's or SRQ's key maps to for async events.
+type asyncOwner interface {
+	asyncEvent(typ C.enum_ibv_event_type)
+}
+
+// acquireDevice returns the running async loop of ctx, starting it first.
+func acquireDevice(ctx *C.struct_ibv_context) (*device, error) {
+	devices.mu.Lock()
+	defer devices.mu.Unlock()
+	if d := devices.m[ctx]; d != nil {
+		d.refs++
+		return d, nil
+	}
+	d := &device{ctx: ctx, refs: 1}
+	l, err := startFDLoop(int(ctx.async_fd), "async events "+deviceName(ctx), d.fetch, d.dispatch)
+	if err != nil {
+		return nil, err
+	}
+	d.loop = l
+	if devices.m == nil {
+		devices.m = make(map[*C.struct_ibv_context]*device)
+	}
+	devices.m[ctx] = d
+	return d, nil
+}
+
+// release drops one reference; the last stops the loop.
+func (d *device) release() {
+	devices.mu.Lock()
+	d.refs--
+	last := d.refs == 0
+	if last {
+		delete(devices.m, d.ctx)
+	}
+	devices.mu.Unlock()
+	if last {
+		d.loop.stop()
+	}
+}
+
+func (d *device) fetch() bool {
+	for {
+		var ev C.struct_shim_async_event
+		if rc := C.shim_next_async_event(d.ctx, &ev); rc != 0 {
+			if e := syscall.Errno(-rc); e != syscall.EAGAIN && e != syscall.EINTR && debug {
+				fmt.Printf("verbs: %s: ibv_get_async_event: %v\n", deviceName(d.ctx), e)
+			}
+			return len(d.batch) > 0
+		}
+		d.batch = append(d.batch, ev)
+	}
+}
+
+func (d *device) dispatch() {
+	batch := d.batch
+	d.batch = nil
+	for _, ev := range batch {
+		if ev.key == 0 {
+			continue // port and device events: rdma_cm reports what matters
+		}
+		if o, ok := lookup(uintptr(ev.key)).(asyncOwner); ok {
+			o.asyncEvent(C.enum_ibv_event_type(ev._type))
+		}
+	}
+}
+
+// asyncEventName names an ibv_event_type for error messages.
+func asyncEventName(t C.enum_ibv_event_type) string {
+	return C.GoString(C.ibv_event_type_str(t))
+}

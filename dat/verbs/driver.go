@@ -1,0 +1,77 @@
+//go:build verbs && linux && cgo
+
+package verbs
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/rdmanet/rdmanet/dat/driver"
+)
+
+// Driver is the verbs provider. Its zero value is ready to use; package dat
+// registers it as "verbs" in binaries built with -tags verbs.
+type Driver struct{}
+
+var _ driver.Driver = Driver{}
+
+// Open opens an IA on the RDMA device that owns a local address. args[0]
+// is an IP literal or a network interface name (its first IPv4 address,
+// else its first global IPv6 one), as in DAPL's dat.conf "rxe_if0 0"; a
+// following numeric argument (DAPL's port) is accepted and ignored, since
+// the address already selects the device and port.
+func (Driver) Open(ctx context.Context, args []string) (driver.IA, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("verbs: open: %w", err)
+	}
+	if len(args) == 0 || args[0] == "" {
+		return nil, fmt.Errorf("verbs: open: need a local address or interface name: %w", driver.ErrInvalidAddress)
+	}
+	for _, a := range args[1:] {
+		if _, err := strconv.Atoi(a); err != nil {
+			return nil, fmt.Errorf("verbs: open: unknown argument %q (only a numeric port may follow the address)", a)
+		}
+	}
+	ip, err := resolveIAAddr(args[0])
+	if err != nil {
+		return nil, err
+	}
+	return openIA(ip)
+}
+
+// resolveIAAddr turns an IP literal or interface name into the IA address.
+func resolveIAAddr(s string) (net.IP, error) {
+	if ip := net.ParseIP(s); ip != nil {
+		if ip.IsUnspecified() {
+			return nil, fmt.Errorf("verbs: open %s: an IA needs a specific address: %w", s, driver.ErrInvalidAddress)
+		}
+		return ip, nil
+	}
+	ifi, err := net.InterfaceByName(s)
+	if err != nil {
+		return nil, fmt.Errorf("verbs: open %s: not an IP address or interface: %v: %w", s, err, driver.ErrInvalidAddress)
+	}
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return nil, fmt.Errorf("verbs: open %s: %v: %w", s, err, driver.ErrInvalidAddress)
+	}
+	var v6 net.IP
+	for _, a := range addrs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		if v4 := ipn.IP.To4(); v4 != nil {
+			return v4, nil
+		}
+		if v6 == nil && ipn.IP.IsGlobalUnicast() {
+			v6 = ipn.IP
+		}
+	}
+	if v6 != nil {
+		return v6, nil
+	}
+	return nil, fmt.Errorf("verbs: open %s: interface has no usable address: %w", s, driver.ErrInvalidAddress)
+}

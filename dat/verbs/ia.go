@@ -1,0 +1,288 @@
+//go:build verbs && linux && cgo
+
+package verbs
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"sync"
+
+	"github.com/rdmanet/rdmanet/dat/driver"
+)
+
+// IA is an open interface adapter: one local address, the RDMA device
+// (ibv_context) that owns it, one rdma_cm event channel and one completion
+// channel, each driven by a goroutine in the netpoller. It implements
+// driver.IA.
+type IA struct {
+	ip     net.IP
+	key    uintptr // registry key of the bind id
+	ch     *C.struct_rdma_event_channel
+	bindID *C.struct_rdma_cm_id // keeps the device bound for the IA's life
+	ctx    *C.struct_ibv_context
+	comp   *C.struct_ibv_comp_channel
+	dev    *device
+	attr   driver.IAAttr
+	lim    devLimits
+
+	// cmMu serialises taking CM events with destroying QPs (fetchCM).
+	cmMu    sync.Mutex
+	cmBatch []cmEvent // owned by the CM loop
+	cmLoop  *fdLoop
+
+	cqBatch  []uintptr // owned by the completion loop
+	compLoop *fdLoop
+
+	mu        sync.Mutex
+	closed    bool
+	qps       map[*QP]struct{}
+	listeners map[*Listener]struct{}
+}
+
+var _ driver.IA = (*IA)(nil)
+
+// openIA binds an rdma_cm id to ip to find its device, queries the device
+// and starts the IA's event loops.
+func openIA(ip net.IP) (_ *IA, err error) {
+	ia := &IA{ip: ip, qps: make(map[*QP]struct{}), listeners: make(map[*Listener]struct{})}
+	defer func() {
+		if err != nil {
+			ia.release()
+		}
+	}()
+	ch, err := C.rdma_create_event_channel()
+	if ch == nil {
+		return nil, fmt.Errorf("verbs: open %s: rdma_create_event_channel: %v (is rdma_ucm loaded?): %w", ip, err, driver.ErrNotSupported)
+	}
+	ia.ch = ch
+	ia.key = register(ia)
+	if rc := C.shim_create_id(ch, &ia.bindID, C.uintptr_t(ia.key)); rc != 0 {
+		return nil, fmt.Errorf("verbs: open %s: rdma_create_id: %w", ip, errnoOf(rc))
+	}
+	b := ipBytes(ip)
+	if rc := C.shim_bind(ia.bindID, (*C.uint8_t)(cBytes(b)), C.int(len(b)), 0); rc != 0 {
+		return nil, fmt.Errorf("verbs: open %s: rdma_bind_addr: %v: %w", ip, errnoOf(rc), driver.ErrInvalidAddress)
+	}
+	if ia.bindID.verbs == nil {
+		return nil, fmt.Errorf("verbs: open %s: the address is not on an RDMA device: %w", ip, driver.ErrInvalidAddress)
+	}
+	ia.ctx = ia.bindID.verbs
+	if ia.attr, ia.lim, err = queryAttr(ia.ctx, uint8(ia.bindID.port_num)); err != nil {
+		return nil, fmt.Errorf("verbs: open %s: %w", ip, err)
+	}
+	comp, err := C.ibv_create_comp_channel(ia.ctx)
+	if comp == nil {
+		return nil, fmt.Errorf("verbs: open %s: ibv_create_comp_channel: %v: %w", ip, err, driver.ErrResources)
+	}
+	ia.comp = comp
+	if ia.dev, err = acquireDevice(ia.ctx); err != nil {
+		return nil, err
+	}
+	if ia.cmLoop, err = startFDLoop(int(ch.fd), "rdma_cm events "+ip.String(), ia.fetchCM, ia.dispatchCM); err != nil {
+		return nil, err
+	}
+	if ia.compLoop, err = startFDLoop(int(comp.fd), "completions "+ip.String(), ia.fetchCQ, ia.dispatchCQ); err != nil {
+		return nil, err
+	}
+	return ia, nil
+}
+
+// release stops the loops and frees the C objects, in dependency order.
+func (ia *IA) release() {
+	ia.cmLoop.stop()
+	ia.compLoop.stop()
+	if ia.comp != nil {
+		C.ibv_destroy_comp_channel(ia.comp)
+	}
+	if ia.dev != nil {
+		ia.dev.release()
+	}
+	if ia.bindID != nil {
+		C.shim_destroy_id(ia.bindID)
+	}
+	if ia.ch != nil {
+		C.rdma_destroy_event_channel(ia.ch)
+	}
+	unregister(ia.key)
+}
+
+// cmEvent receives the bind id's events; none needs action (device
+// removal reaches the connections through their own ids).
+func (ia *IA) cmEvent(ev *cmEvent) {
+	if ev.typ == cmDeviceRemoval {
+		ia.logf("device removed")
+	}
+}
+
+// Attr reports the device's limits (see queryAttr).
+func (ia *IA) Attr() driver.IAAttr { return ia.attr }
+
+// LocalAddr is the IA's address, a *net.TCPAddr with port 0.
+func (ia *IA) LocalAddr() net.Addr { return &net.TCPAddr{IP: ia.ip} }
+
+// AllocPD allocates an ibv_pd.
+func (ia *IA) AllocPD() (driver.PD, error) {
+	if err := ia.live(); err != nil {
+		return nil, err
+	}
+	pd, err := C.ibv_alloc_pd(ia.ctx)
+	if pd == nil {
+		return nil, fmt.Errorf("verbs: ibv_alloc_pd: %v: %w", err, driver.ErrResources)
+	}
+	return &PD{ia: ia, pd: pd}, nil
+}
+
+// CreateQP creates an unconnected QP. The verbs QP itself is created when
+// a connection is made (Connect, Request.Accept), on that connection's
+// rdma_cm id; see doc.go.
+func (ia *IA) CreateQP(cfg driver.QPConfig, h driver.QPHandler) (driver.QP, error) {
+	if err := ia.checkQPConfig(cfg); err != nil {
+		return nil, err
+	}
+	ia.mu.Lock()
+	defer ia.mu.Unlock()
+	if ia.closed {
+		return nil, errIAClosed
+	}
+	q := newQP(ia, cfg, h)
+	ia.qps[q] = struct{}{}
+	return q, nil
+}
+
+// checkQPConfig validates what package dat cannot know: the objects belong
+// to this IA and the sizes fit the device.
+func (ia *IA) checkQPConfig(cfg driver.QPConfig) error {
+	a := &ia.attr
+	if cfg.PD != nil {
+		if pd, ok := cfg.PD.(*PD); !ok || pd.ia != ia {
+			return fmt.Errorf("verbs: QP config: PD %T does not belong to this IA: %w", cfg.PD, driver.ErrNotSupported)
+		}
+	}
+	if cfg.SRQ != nil {
+		if s, ok := cfg.SRQ.(*SRQ); !ok || s.ia != ia {
+			return fmt.Errorf("verbs: QP config: SRQ %T does not belong to this IA: %w", cfg.SRQ, driver.ErrNotSupported)
+		}
+	}
+	switch {
+	case cfg.IRD < 0 || cfg.IRD > a.MaxIRD, cfg.ORD < 0 || cfg.ORD > a.MaxORD:
+		return fmt.Errorf("verbs: QP config: IRD %d / ORD %d exceed %d / %d: %w", cfg.IRD, cfg.ORD, a.MaxIRD, a.MaxORD, driver.ErrResources)
+	case cfg.MaxSendWR < 0 || cfg.MaxSendWR > a.MaxWRPerQP, cfg.MaxRecvWR < 0 || cfg.MaxRecvWR > a.MaxWRPerQP:
+		return fmt.Errorf("verbs: QP config: %d send / %d receive WRs exceed %d: %w", cfg.MaxSendWR, cfg.MaxRecvWR, a.MaxWRPerQP, driver.ErrResources)
+	case cfg.MaxSendSGE < 0 || cfg.MaxSendSGE > a.MaxSGE, cfg.MaxRecvSGE < 0 || cfg.MaxRecvSGE > a.MaxSGE:
+		return fmt.Errorf("verbs: QP config: SGE counts %d/%d exceed %d: %w", cfg.MaxSendSGE, cfg.MaxRecvSGE, a.MaxSGE, driver.ErrResources)
+	case cfg.MaxSendWR+cfg.MaxRecvWR+1 > ia.lim.maxCQE:
+		// One CQ takes both queues' completions; it must never overflow.
+		return fmt.Errorf("verbs: QP config: %d send + %d receive WRs exceed the device's CQ size %d: %w",
+			cfg.MaxSendWR, cfg.MaxRecvWR, ia.lim.maxCQE, driver.ErrResources)
+	case cfg.MaxMessageSize > a.MaxMessageSize, cfg.MaxRDMASize > a.MaxRDMASize:
+		return fmt.Errorf("verbs: QP config: message size %d / RDMA size %d exceed %d: %w", cfg.MaxMessageSize, cfg.MaxRDMASize, a.MaxMessageSize, driver.ErrResources)
+	}
+	return nil
+}
+
+// CreateSRQ creates an ibv_srq in pd.
+func (ia *IA) CreateSRQ(pd driver.PD, cfg driver.SRQConfig, h driver.SRQHandler) (driver.SRQ, error) {
+	p, ok := pd.(*PD)
+	if !ok || p.ia != ia {
+		return nil, fmt.Errorf("verbs: create SRQ: PD %T does not belong to this IA: %w", pd, driver.ErrNotSupported)
+	}
+	if ia.attr.MaxSRQWR == 0 {
+		return nil, fmt.Errorf("verbs: create SRQ: device has no SRQ: %w", driver.ErrNotSupported)
+	}
+	if err := ia.live(); err != nil {
+		return nil, err
+	}
+	return newSRQ(ia, p, cfg, h)
+}
+
+// Listen starts a listener on the IA address; see Listener.
+func (ia *IA) Listen(cfg driver.ListenConfig) (driver.Listener, error) {
+	if err := ia.live(); err != nil {
+		return nil, err
+	}
+	l, err := listen(ia, cfg)
+	if err != nil {
+		return nil, err
+	}
+	ia.mu.Lock()
+	if ia.closed {
+		ia.mu.Unlock()
+		l.Close()
+		return nil, errIAClosed
+	}
+	ia.listeners[l] = struct{}{}
+	ia.mu.Unlock()
+	return l, nil
+}
+
+// Close releases the IA. Package dat closes every object first; whatever
+// is still open (listeners, QPs) is closed here so that no id, CQ or
+// goroutine outlives the IA.
+func (ia *IA) Close() error {
+	ia.mu.Lock()
+	if ia.closed {
+		ia.mu.Unlock()
+		return nil
+	}
+	ia.closed = true
+	ls := make([]*Listener, 0, len(ia.listeners))
+	for l := range ia.listeners {
+		ls = append(ls, l)
+	}
+	qs := make([]*QP, 0, len(ia.qps))
+	for q := range ia.qps {
+		qs = append(qs, q)
+	}
+	ia.mu.Unlock()
+	for _, l := range ls {
+		l.Close()
+	}
+	for _, q := range qs {
+		q.Close()
+	}
+	ia.release()
+	return nil
+}
+
+func (ia *IA) live() error {
+	ia.mu.Lock()
+	defer ia.mu.Unlock()
+	if ia.closed {
+		return errIAClosed
+	}
+	return nil
+}
+
+func (ia *IA) forgetQP(q *QP) {
+	ia.mu.Lock()
+	delete(ia.qps, q)
+	ia.mu.Unlock()
+}
+
+func (ia *IA) forgetListener(l *Listener) {
+	ia.mu.Lock()
+	delete(ia.listeners, l)
+	ia.mu.Unlock()
+}
+
+// logf reports conditions nobody can act on (unexpected C errors in event
+// loops). It is silent unless RDMANET_VERBS_DEBUG is set.
+func (ia *IA) logf(format string, args ...any) {
+	if debug {
+		log.Printf("verbs %s: %s", ia.ip, fmt.Sprintf(format, args...))
+	}
+}
+
+var debug = os.Getenv("RDMANET_VERBS_DEBUG") != ""
+
+// deviceName is the device's name (rxe0, siw0, mlx5_0...).
+func deviceName(ctx *C.struct_ibv_context) string {
+	return C.GoString(C.shim_dev_name(ctx))
+}

@@ -1,0 +1,183 @@
+//go:build verbs && linux && cgo
+
+package verbs
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/rdmanet/rdmanet/dat/driver"
+)
+
+// Request is a CONNECT_REQUEST waiting for the consumer's decision: the
+// new rdma_cm id the event delivered and a copy of its parameters. It
+// implements driver.Request. Exactly one of Accept, Reject or Abort
+// settles it.
+type Request struct {
+	l     *Listener
+	id    *C.struct_rdma_cm_id
+	key   uintptr
+	pdata []byte
+	// From the responder's point of view, as the CM reports them:
+	// respRes is the requester's ORD (what this side should offer as
+	// IRD), initDepth the requester's IRD (the cap on this side's ORD).
+	respRes, initDepth int
+	local, remote      *net.TCPAddr
+
+	mu      sync.Mutex
+	settled bool
+	gone    error // set when the requester gave up before a decision
+}
+
+var _ driver.Request = (*Request)(nil)
+
+func newRequest(l *Listener, ev *cmEvent) *Request {
+	r := &Request{
+		l: l, id: ev.id, key: ev.key,
+		pdata:   l.ia.receivedPD(ev.pdata),
+		respRes: ev.responderResources, initDepth: ev.initiatorDepth,
+		local: idAddr(ev.id, false), remote: idAddr(ev.id, true),
+	}
+	setOwner(r.key, r)
+	return r
+}
+
+// RemoteAddr is the requester's address.
+func (r *Request) RemoteAddr() net.Addr { return r.remote }
+
+// LocalAddr is the local address the request arrived on.
+func (r *Request) LocalAddr() net.Addr { return r.local }
+
+// PrivateData is the requester's private data (on IB/RoCE zero-padded to
+// 56 bytes: the IB CM REQ carries no length).
+func (r *Request) PrivateData() []byte { return r.pdata }
+
+// ReadLimits are the requester's advertised inbound (IRD) and outbound
+// (ORD) RDMA Read depths.
+func (r *Request) ReadLimits() (ird, ord int) { return r.initDepth, r.respRes }
+
+// cmEvent receives the request id's events until Accept hands it to a QP:
+// anything arriving now means the requester gave up.
+func (r *Request) cmEvent(ev *cmEvent) {
+	r.mu.Lock()
+	if r.gone == nil {
+		r.gone = fmt.Errorf("verbs: requester went away: %w", ev.err())
+	}
+	r.mu.Unlock()
+}
+
+// settle marks the request decided; false if it already was.
+func (r *Request) settle() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.settled {
+		return false
+	}
+	r.settled = true
+	return true
+}
+
+// Accept builds qp's connection on the request's own id (the CQ and verbs
+// QP are created there, so no QP migration between ids is needed), posts
+// qp's waiting receives, and calls rdma_accept with privateData and the
+// read depths min(qp's, requester's). It returns once the CM reports the
+// connection established or failed. Argument and QP-state errors leave the
+// request pending; any later failure leaves qp disconnected.
+func (r *Request) Accept(ctx context.Context, qp driver.QP, privateData []byte) error {
+	q, ok := qp.(*QP)
+	if !ok || q.ia != r.l.ia {
+		return fmt.Errorf("verbs: accept %v: QP %T does not belong to this IA: %w", r.remote, qp, driver.ErrNotSupported)
+	}
+	if max := q.ia.attr.MaxPrivateData; len(privateData) > max {
+		return fmt.Errorf("verbs: accept %v: %d bytes of private data exceed the limit of %d", r.remote, len(privateData), max)
+	}
+	a, cfg, err := q.begin("accept")
+	if err != nil {
+		return err
+	}
+	if !r.settle() {
+		q.mu.Lock()
+		q.attempt, q.state = nil, qpIdle
+		q.mu.Unlock()
+		close(a.done)
+		return fmt.Errorf("verbs: accept %v: request already accepted, rejected or aborted", r.remote)
+	}
+	r.l.release()
+	err = q.accept(ctx, a, cfg, r, privateData)
+	if err = q.finish(a, err); err != nil {
+		return fmt.Errorf("verbs: accept %v: %w", r.remote, err)
+	}
+	return nil
+}
+
+func (q *QP) accept(ctx context.Context, a *attempt, cfg driver.QPConfig, r *Request, pdata []byte) error {
+	c := newConn()
+	c.id, c.key = r.id, r.key
+	// The QP owns the id from here: its teardown destroys it. q.conn is
+	// set before the key changes owner so no event falls in between.
+	q.mu.Lock()
+	q.conn = c
+	q.mu.Unlock()
+	setOwner(r.key, q)
+	r.mu.Lock()
+	gone := r.gone
+	r.mu.Unlock()
+	if gone != nil {
+		return gone
+	}
+	if err := q.createVerbsQP(c, cfg); err != nil {
+		return err
+	}
+	ird, ord := min(cfg.IRD, r.respRes), min(cfg.ORD, r.initDepth)
+	if rc := C.shim_accept(c.id, cBytes(pdata), C.int(len(pdata)), C.int(ird), C.int(ord)); rc != 0 {
+		return fmt.Errorf("rdma_accept: %w", errnoOf(rc))
+	}
+	ev, err := q.await(ctx, a)
+	if err != nil {
+		return err
+	}
+	if ev.typ != cmEstablished {
+		return ev.err()
+	}
+	return nil
+}
+
+// Reject refuses the request as a consumer (peer) reject carrying
+// privateData: rdma_reject, which is IB CM reason 28 or an MPA Reply with
+// R set.
+func (r *Request) Reject(privateData []byte) error {
+	if max := r.l.ia.attr.MaxPrivateData; len(privateData) > max {
+		return fmt.Errorf("verbs: reject %v: %d bytes of private data exceed the limit of %d", r.remote, len(privateData), max)
+	}
+	if !r.settle() {
+		return fmt.Errorf("verbs: reject %v: request already accepted, rejected or aborted", r.remote)
+	}
+	r.l.release()
+	err := errnoOf(C.shim_reject(r.id, cBytes(privateData), C.int(len(privateData)), 0))
+	C.shim_destroy_id(r.id)
+	unregister(r.key)
+	if err != nil {
+		return fmt.Errorf("verbs: reject %v: rdma_reject: %w", r.remote, err)
+	}
+	return nil
+}
+
+// Abort refuses the request as a non-peer reject (IB CM reason 35; on
+// iWARP an MPA reject without data) and releases it. Aborting a settled
+// request does nothing.
+func (r *Request) Abort() error {
+	if !r.settle() {
+		return nil
+	}
+	r.l.release()
+	refuse(r.id)
+	unregister(r.key)
+	return nil
+}

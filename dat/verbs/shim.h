@@ -1,0 +1,393 @@
+//go:build verbs && linux && cgo
+
+// shim.h: the only C in package verbs. Small static inline wrappers so
+// that Go never calls a header macro or inline directly, never passes a Go
+// pointer that C keeps, and gets errors back as negative errno values.
+//
+// Rules every wrapper follows:
+//   * Go keys (registry handles, plain integers) travel as uintptr_t and
+//     are stored in C context fields; no Go pointer is ever stored in C.
+//   * Buffers passed from Go (private data, SGE arrays, out-structs) are
+//     read or written only during the call.
+//   * An event taken from a channel is copied and acknowledged inside the
+//     same call, so rdma_destroy_id/ibv_destroy_cq never wait on Go code.
+
+#ifndef RDMANET_VERBS_SHIM_H
+#define RDMANET_VERBS_SHIM_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+// The largest private data any CM event can carry to user space
+// (RDMA_MAX_PRIVATE_DATA).
+#define SHIM_PDATA_MAX 256
+
+static inline int shim_err(void) { return errno ? -errno : -EIO; }
+
+// shim_ret normalises the return of calls documented to return an errno
+// value (ibv_post_*, ibv_modify_*) but whose providers sometimes return a
+// negative errno or -1 with errno set: 0 or -errno.
+static inline int shim_ret(int r) {
+	if (r == 0)
+		return 0;
+	if (r == -1)
+		return shim_err();
+	return r > 0 ? -r : r;
+}
+
+// ---------------------------------------------------------------- addresses
+
+// shim_sockaddr fills ss from a 4- or 16-byte IP and a host-order port.
+static inline void shim_sockaddr(struct sockaddr_storage *ss, const uint8_t *ip, int iplen, uint16_t port) {
+	memset(ss, 0, sizeof *ss);
+	if (iplen == 4) {
+		struct sockaddr_in *s = (struct sockaddr_in *)ss;
+		s->sin_family = AF_INET;
+		s->sin_port = htons(port);
+		memcpy(&s->sin_addr, ip, 4);
+	} else {
+		struct sockaddr_in6 *s = (struct sockaddr_in6 *)ss;
+		s->sin6_family = AF_INET6;
+		s->sin6_port = htons(port);
+		memcpy(&s->sin6_addr, ip, 16);
+	}
+}
+
+// shim_id_addr copies the local (remote=0) or peer address of id into
+// ip/port and returns the IP length (4, 16, or 0 if unset).
+static inline int shim_id_addr(struct rdma_cm_id *id, int remote, uint8_t *ip, uint16_t *port) {
+	struct sockaddr *sa = remote ? rdma_get_peer_addr(id) : rdma_get_local_addr(id);
+	if (sa->sa_family == AF_INET) {
+		struct sockaddr_in *s = (struct sockaddr_in *)sa;
+		memcpy(ip, &s->sin_addr, 4);
+		*port = ntohs(s->sin_port);
+		return 4;
+	}
+	if (sa->sa_family == AF_INET6) {
+		struct sockaddr_in6 *s = (struct sockaddr_in6 *)sa;
+		memcpy(ip, &s->sin6_addr, 16);
+		*port = ntohs(s->sin6_port);
+		return 16;
+	}
+	return 0;
+}
+
+// ---------------------------------------------------------------- CM ids
+
+static inline int shim_create_id(struct rdma_event_channel *ch, struct rdma_cm_id **id, uintptr_t key) {
+	return rdma_create_id(ch, id, (void *)key, RDMA_PS_TCP) ? shim_err() : 0;
+}
+
+static inline int shim_bind(struct rdma_cm_id *id, const uint8_t *ip, int iplen, uint16_t port) {
+	struct sockaddr_storage ss;
+	shim_sockaddr(&ss, ip, iplen, port);
+	return rdma_bind_addr(id, (struct sockaddr *)&ss) ? shim_err() : 0;
+}
+
+static inline int shim_resolve_addr(struct rdma_cm_id *id, const uint8_t *sip, int siplen,
+                                    const uint8_t *dip, int diplen, uint16_t dport, int ms) {
+	struct sockaddr_storage src, dst;
+	shim_sockaddr(&src, sip, siplen, 0);
+	shim_sockaddr(&dst, dip, diplen, dport);
+	return rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&dst, ms) ? shim_err() : 0;
+}
+
+static inline int shim_resolve_route(struct rdma_cm_id *id, int ms) {
+	return rdma_resolve_route(id, ms) ? shim_err() : 0;
+}
+
+static inline int shim_listen(struct rdma_cm_id *id, int backlog) {
+	return rdma_listen(id, backlog) ? shim_err() : 0;
+}
+
+static inline void shim_conn_param(struct rdma_conn_param *p, const void *pd, int pdlen, int ird, int ord) {
+	memset(p, 0, sizeof *p);
+	p->private_data = pdlen ? pd : NULL;
+	p->private_data_len = (uint8_t)pdlen;
+	p->responder_resources = (uint8_t)ird;
+	p->initiator_depth = (uint8_t)ord;
+	p->flow_control = 1;
+	p->retry_count = 7;     // IB 3-bit maximum (DAPL IB_RC_RETRY_COUNT)
+	p->rnr_retry_count = 7; // 7 = retry forever on RNR NAK
+}
+
+static inline int shim_connect(struct rdma_cm_id *id, const void *pd, int pdlen, int ird, int ord) {
+	struct rdma_conn_param p;
+	shim_conn_param(&p, pd, pdlen, ird, ord);
+	return rdma_connect(id, &p) ? shim_err() : 0;
+}
+
+static inline int shim_accept(struct rdma_cm_id *id, const void *pd, int pdlen, int ird, int ord) {
+	struct rdma_conn_param p;
+	shim_conn_param(&p, pd, pdlen, ird, ord);
+	return rdma_accept(id, &p) ? shim_err() : 0;
+}
+
+// shim_reject refuses a request. nonpeer uses the IB reject reason 35
+// (vendor option not supported, rdma_reject_ece) instead of 28 (consumer
+// defined), so that the initiator can tell a provider refusal from a
+// consumer's; iWARP carries no reason either way.
+static inline int shim_reject(struct rdma_cm_id *id, const void *pd, int pdlen, int nonpeer) {
+	const void *p = pdlen ? pd : NULL;
+	int rc = nonpeer ? rdma_reject_ece(id, p, (uint8_t)pdlen) : rdma_reject(id, p, (uint8_t)pdlen);
+	return rc ? shim_err() : 0;
+}
+
+static inline int shim_disconnect(struct rdma_cm_id *id) {
+	return rdma_disconnect(id) ? shim_err() : 0;
+}
+
+static inline int shim_destroy_id(struct rdma_cm_id *id) {
+	return rdma_destroy_id(id) ? shim_err() : 0;
+}
+
+static inline uint16_t shim_src_port(struct rdma_cm_id *id) {
+	return ntohs(rdma_get_src_port(id));
+}
+
+// ---------------------------------------------------------------- CM events
+
+struct shim_cm_event {
+	int type;
+	int status;
+	uintptr_t key;        // context of the id the event is for
+	uintptr_t listen_key; // context of the listening id (CONNECT_REQUEST)
+	struct rdma_cm_id *id;
+	uint8_t responder_resources;
+	uint8_t initiator_depth;
+	int pdata_len;
+	uint8_t pdata[SHIM_PDATA_MAX];
+};
+
+// shim_next_cm_event takes one event off ch, copies it into out and acks it.
+// A CONNECT_REQUEST's new id gets context new_key before it is acked, so
+// every later event of that id names its own owner, not the listener's.
+// Returns 0, or -errno (-EAGAIN: none queued).
+static inline int shim_next_cm_event(struct rdma_event_channel *ch, struct shim_cm_event *out, uintptr_t new_key) {
+	struct rdma_cm_event *e;
+	if (rdma_get_cm_event(ch, &e))
+		return shim_err();
+	memset(out, 0, offsetof(struct shim_cm_event, pdata));
+	out->type = e->event;
+	out->status = e->status;
+	out->id = e->id;
+	if (e->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+		e->id->context = (void *)new_key;
+		out->listen_key = e->listen_id ? (uintptr_t)e->listen_id->context : 0;
+	}
+	out->key = (uintptr_t)e->id->context;
+	switch (e->event) {
+	case RDMA_CM_EVENT_CONNECT_REQUEST:
+	case RDMA_CM_EVENT_CONNECT_RESPONSE:
+	case RDMA_CM_EVENT_ESTABLISHED:
+	case RDMA_CM_EVENT_REJECTED: {
+		int n = e->param.conn.private_data_len;
+		if (n > SHIM_PDATA_MAX)
+			n = SHIM_PDATA_MAX;
+		if (!e->param.conn.private_data)
+			n = 0;
+		if (n)
+			memcpy(out->pdata, e->param.conn.private_data, n);
+		out->pdata_len = n;
+		out->responder_resources = e->param.conn.responder_resources;
+		out->initiator_depth = e->param.conn.initiator_depth;
+		break;
+	}
+	default:
+		break;
+	}
+	rdma_ack_cm_event(e);
+	return 0;
+}
+
+// ---------------------------------------------------------------- device
+
+static inline int shim_query(struct ibv_context *ctx, uint8_t port, struct ibv_device_attr *da, struct ibv_port_attr *pa) {
+	int rc = shim_ret(ibv_query_device(ctx, da));
+	if (rc)
+		return rc;
+	return shim_ret(ibv_query_port(ctx, port, pa));
+}
+
+static inline int shim_transport(struct ibv_context *ctx) { return ctx->device->transport_type; }
+
+static inline const char *shim_dev_name(struct ibv_context *ctx) { return ibv_get_device_name(ctx->device); }
+
+struct shim_async_event {
+	int type;
+	uintptr_t key; // context of the QP, SRQ or CQ concerned; 0 for others
+};
+
+// shim_next_async_event takes one async event off ctx, copies and acks it.
+static inline int shim_next_async_event(struct ibv_context *ctx, struct shim_async_event *out) {
+	struct ibv_async_event e;
+	if (ibv_get_async_event(ctx, &e))
+		return shim_err();
+	out->type = e.event_type;
+	out->key = 0;
+	switch (e.event_type) {
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST:
+	case IBV_EVENT_SQ_DRAINED:
+	case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR:
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+		out->key = (uintptr_t)e.element.qp->qp_context;
+		break;
+	case IBV_EVENT_SRQ_ERR:
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+		out->key = (uintptr_t)e.element.srq->srq_context;
+		break;
+	case IBV_EVENT_CQ_ERR:
+		out->key = (uintptr_t)e.element.cq->cq_context;
+		break;
+	default:
+		break;
+	}
+	ibv_ack_async_event(&e);
+	return 0;
+}
+
+// ---------------------------------------------------------------- memory
+
+static inline struct ibv_mr *shim_reg_mr(struct ibv_pd *pd, uintptr_t addr, size_t len, int access) {
+	return ibv_reg_mr(pd, (void *)addr, len, access);
+}
+
+// ---------------------------------------------------------------- CQ
+
+static inline struct ibv_cq *shim_create_cq(struct ibv_context *ctx, int cqe, uintptr_t key, struct ibv_comp_channel *ch) {
+	return ibv_create_cq(ctx, cqe, (void *)key, ch, 0);
+}
+
+static inline int shim_arm_cq(struct ibv_cq *cq) { return shim_ret(ibv_req_notify_cq(cq, 0)); }
+
+// shim_next_cq_event takes one completion event off ch and acks it at once;
+// the CQ is identified to Go by its context key only.
+static inline int shim_next_cq_event(struct ibv_comp_channel *ch, uintptr_t *key) {
+	struct ibv_cq *cq;
+	void *ctx;
+	if (ibv_get_cq_event(ch, &cq, &ctx))
+		return shim_err();
+	ibv_ack_cq_events(cq, 1);
+	*key = (uintptr_t)ctx;
+	return 0;
+}
+
+struct shim_wc {
+	uint64_t wr_id;
+	uint32_t status;
+	uint32_t opcode;
+	uint32_t byte_len;
+	uint32_t wc_flags;
+};
+
+#define SHIM_POLL_BATCH 32
+
+// shim_poll drains up to n (<= SHIM_POLL_BATCH) completions into out.
+static inline int shim_poll(struct ibv_cq *cq, struct shim_wc *out, int n) {
+	struct ibv_wc wc[SHIM_POLL_BATCH];
+	if (n > SHIM_POLL_BATCH)
+		n = SHIM_POLL_BATCH;
+	int got = ibv_poll_cq(cq, n, wc);
+	for (int i = 0; i < got; i++) {
+		out[i].wr_id = wc[i].wr_id;
+		out[i].status = wc[i].status;
+		out[i].opcode = wc[i].opcode;
+		out[i].byte_len = wc[i].byte_len;
+		out[i].wc_flags = wc[i].wc_flags;
+	}
+	return got;
+}
+
+// ---------------------------------------------------------------- QP
+
+static inline int shim_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *cq, struct ibv_srq *srq,
+                                 uint32_t send_wr, uint32_t recv_wr, uint32_t send_sge, uint32_t recv_sge, uintptr_t key) {
+	struct ibv_qp_init_attr a;
+	memset(&a, 0, sizeof a);
+	a.qp_context = (void *)key;
+	a.send_cq = cq;
+	a.recv_cq = cq;
+	a.srq = srq;
+	a.cap.max_send_wr = send_wr;
+	a.cap.max_send_sge = send_sge;
+	if (!srq) {
+		a.cap.max_recv_wr = recv_wr;
+		a.cap.max_recv_sge = recv_sge;
+	}
+	a.qp_type = IBV_QPT_RC;
+	// Every send-side WR completes, so each post has exactly one
+	// completion to pair with (see doc.go, completion pairing).
+	a.sq_sig_all = 1;
+	return rdma_create_qp(id, pd, &a) ? shim_err() : 0;
+}
+
+static inline struct ibv_qp *shim_id_qp(struct rdma_cm_id *id) { return id->qp; }
+
+static inline int shim_qp_to_error(struct ibv_qp *qp) {
+	struct ibv_qp_attr a;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_ERR;
+	return shim_ret(ibv_modify_qp(qp, &a, IBV_QP_STATE));
+}
+
+static inline int shim_post_send(struct ibv_qp *qp, uint64_t wr_id, int opcode, int flags,
+                                 struct ibv_sge *sge, int nsge, uint64_t raddr, uint32_t rkey) {
+	struct ibv_send_wr wr, *bad = NULL;
+	memset(&wr, 0, sizeof wr);
+	wr.wr_id = wr_id;
+	wr.sg_list = nsge ? sge : NULL;
+	wr.num_sge = nsge;
+	wr.opcode = opcode;
+	wr.send_flags = flags;
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	return shim_ret(ibv_post_send(qp, &wr, &bad));
+}
+
+static inline int shim_post_recv(struct ibv_qp *qp, uint64_t wr_id, struct ibv_sge *sge, int nsge) {
+	struct ibv_recv_wr wr, *bad = NULL;
+	memset(&wr, 0, sizeof wr);
+	wr.wr_id = wr_id;
+	wr.sg_list = nsge ? sge : NULL;
+	wr.num_sge = nsge;
+	return shim_ret(ibv_post_recv(qp, &wr, &bad));
+}
+
+// ---------------------------------------------------------------- SRQ
+
+static inline struct ibv_srq *shim_create_srq(struct ibv_pd *pd, uint32_t max_wr, uint32_t max_sge, uintptr_t key) {
+	struct ibv_srq_init_attr a;
+	memset(&a, 0, sizeof a);
+	a.srq_context = (void *)key;
+	a.attr.max_wr = max_wr;
+	a.attr.max_sge = max_sge;
+	return ibv_create_srq(pd, &a);
+}
+
+static inline int shim_srq_limit(struct ibv_srq *srq, uint32_t limit) {
+	struct ibv_srq_attr a;
+	memset(&a, 0, sizeof a);
+	a.srq_limit = limit;
+	return shim_ret(ibv_modify_srq(srq, &a, IBV_SRQ_LIMIT));
+}
+
+static inline int shim_post_srq_recv(struct ibv_srq *srq, uint64_t wr_id, struct ibv_sge *sge, int nsge) {
+	struct ibv_recv_wr wr, *bad = NULL;
+	memset(&wr, 0, sizeof wr);
+	wr.wr_id = wr_id;
+	wr.sg_list = nsge ? sge : NULL;
+	wr.num_sge = nsge;
+	return shim_ret(ibv_post_srq_recv(srq, &wr, &bad));
+}
+
+#endif
