@@ -930,6 +930,7 @@ func TestPSPBacklog(t *testing.T) {
 // request reaches one of them; without it the second is
 // DAT_CONN_QUAL_IN_USE.
 func TestPSPSharePort(t *testing.T) {
+	iwarpOnly(t, "rdma_cm cannot share a port")
 	a, b, plain, c := newSide(t, "lo"), newSide(t, "lo"), newSide(t, "lo"), newSide(t, "lo")
 	share := &dat.PSPOptions{SharePort: true}
 	pa, err := a.ia.CreatePSPAny(a.evd, dat.PSPConsumer, share)

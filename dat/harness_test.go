@@ -30,7 +30,32 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-var loopback = netip.MustParseAddr("127.0.0.1")
+// The suite runs against any provider (issue: one dat suite, parametrized
+// by IA). By default it uses the iwarp provider on 127.0.0.1 through
+// testdata/dat.conf. To run it on another IA, point RDMANET_DAT_CONF at a
+// registry whose "lo" entry opens that IA, set RDMANET_TEST_ADDR to the
+// IA's address and RDMANET_TEST_PROVIDER to the provider's name; test/vm
+// does this for the verbs provider on rxe0 and siw0.
+var (
+	loopback     = netip.MustParseAddr(envOr("RDMANET_TEST_ADDR", "127.0.0.1"))
+	testProvider = envOr("RDMANET_TEST_PROVIDER", "iwarp")
+)
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// iwarpOnly skips tests that need the pure-Go iwarp provider's own
+// machinery: hand-written MPA peers on TCP, or its Open options.
+func iwarpOnly(t testing.TB, why string) {
+	t.Helper()
+	if testProvider != "iwarp" {
+		t.Skipf("needs the iwarp provider (%s); running on %s", why, testProvider)
+	}
+}
 
 // eventWait bounds every wait for an event in these tests.
 const eventWait = 10 * time.Second
@@ -38,6 +63,9 @@ const eventWait = 10 * time.Second
 // openIA opens the named test IA and closes it abruptly at cleanup.
 func openIA(t testing.TB, name string) *dat.IA {
 	t.Helper()
+	if name != "lo" {
+		iwarpOnly(t, "IA "+name+" uses iwarp options")
+	}
 	ia, err := dat.OpenIA(context.Background(), name, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, ia.Close(dat.CloseAbrupt)) })
@@ -135,6 +163,7 @@ type rawPeer struct {
 
 func newRawPeer(t testing.TB, handle func(i int, c net.Conn)) *rawPeer {
 	t.Helper()
+	iwarpOnly(t, "a hand-written MPA peer on TCP")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	p := &rawPeer{ln: ln}

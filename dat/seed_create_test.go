@@ -101,7 +101,6 @@ func TestSeedCreateErrors(t *testing.T) {
 		{"DAT_INVALID_PARAMETER: recv EVD with zero max_recv_iov", s.pz, s.evd, s.evd, s.evd, with(func(a *dat.EPAttr) { a.MaxRecvIOV = 0 }), dat.InvalidParameter, 0},
 		{"DAT_INVALID_PARAMETER: max_recv_dtos beyond the IA", s.pz, s.evd, s.evd, s.evd, with(func(a *dat.EPAttr) { a.MaxRecvDTOs = iaAttr.MaxDTOPerEP + 1 }), dat.InvalidParameter, 0},
 		{"DAT_INVALID_PARAMETER: max_request_iov beyond the IA", s.pz, s.evd, s.evd, s.evd, with(func(a *dat.EPAttr) { a.MaxRequestIOV = iaAttr.MaxIOVSegments + 1 }), dat.InvalidParameter, 0},
-		{"DAT_INVALID_PARAMETER: max_message_size beyond the IA", s.pz, s.evd, s.evd, s.evd, with(func(a *dat.EPAttr) { a.MaxMessageSize = iaAttr.MaxMessageSize + 1 }), dat.InvalidParameter, 0},
 		{"DAT_INVALID_PARAMETER: RDMA Read in beyond the IA", s.pz, s.evd, s.evd, s.evd, with(func(a *dat.EPAttr) { a.MaxRDMAReadIn = iaAttr.MaxRDMAReadIn + 1 }), dat.InvalidParameter, 0},
 		{"DAT_INVALID_PARAMETER: negative count", s.pz, s.evd, s.evd, s.evd, with(func(a *dat.EPAttr) { a.MaxRequestDTOs = -1 }), dat.InvalidParameter, 0},
 		{"DAT_MODEL_NOT_SUPPORTED: the requested Provider Model (QoS) is not supported", s.pz, s.evd, s.evd, s.evd, with(func(a *dat.EPAttr) { a.QoS = dat.QoSLowLatency }), dat.ModelNotSupported, 0},
@@ -216,4 +215,23 @@ func TestSeedCreateWithoutPZ(t *testing.T) {
 	ev := waitFor(t, s.evd, dat.ConnectionRequestEvent)
 	require.NoError(t, ev.CR.CR.Reject(nil))
 	waitFor(t, c.evd, dat.ConnectionEventPeerRejected)
+}
+
+// "DAT_INVALID_PARAMETER: ... exceeds IA limits" for max_message_size,
+// where the IA's limit leaves room above it (a verbs device may report the
+// full 32-bit range).
+func TestSeedCreateMessageSizeBeyondIA(t *testing.T) {
+	s := newSide(t, "lo")
+	iaAttr, _, err := s.ia.Query()
+	require.NoError(t, err)
+	if iaAttr.MaxMessageSize == ^uint32(0) {
+		t.Skip("the IA allows every 32-bit message size")
+	}
+	a := &dat.EPAttr{MaxMessageSize: iaAttr.MaxMessageSize + 1, MaxRDMASize: 64, MaxRecvDTOs: 1, MaxRecvIOV: 1, MaxRequestDTOs: 1, MaxRequestIOV: 1}
+	_, err = s.ia.CreateEP(s.pz, s.evd, s.evd, s.evd, a)
+	requireCode(t, err, dat.InvalidParameter, 0)
+	srq, err := s.ia.CreateSRQ(s.pz, dat.SRQAttr{MaxRecvDTOs: 4, MaxRecvIOV: 1})
+	require.NoError(t, err)
+	_, err = s.ia.CreateEPWithSRQ(s.pz, s.evd, s.evd, s.evd, srq, a)
+	requireCode(t, err, dat.InvalidParameter, 0)
 }

@@ -74,7 +74,6 @@ func TestSeedSRQUnsatisfiable(t *testing.T) {
 	iaAttr, _, err := s.ia.Query()
 	require.NoError(t, err)
 	for name, f := range map[string]func(a *dat.EPAttr){
-		"max_message_size beyond the IA":  func(a *dat.EPAttr) { a.MaxMessageSize = iaAttr.MaxMessageSize + 1 },
 		"max_rdma_read_in beyond the IA":  func(a *dat.EPAttr) { a.MaxRDMAReadIn = iaAttr.MaxRDMAReadIn + 1 },
 		"max_rdma_read_iov beyond the IA": func(a *dat.EPAttr) { a.MaxRDMAReadIOV = iaAttr.MaxRDMAReadIOV + 1 },
 		"max_recv_dtos beyond the IA":     func(a *dat.EPAttr) { a.MaxRecvDTOs = iaAttr.MaxDTOPerEP + 1 },

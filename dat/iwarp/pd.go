@@ -40,7 +40,6 @@ func (pd *PD) Register(buf []byte, access driver.Access) (driver.MR, error) {
 	if !ok {
 		return nil, fmt.Errorf("iwarp: register: %d regions exist: %w", maxMRs, driver.ErrResources)
 	}
-	mr.stag = stag
 	pd.mrs[stag] = mr
 	return mr, nil
 }

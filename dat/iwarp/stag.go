@@ -27,7 +27,8 @@ func newSTagTable(max int) *stagTable {
 	return &stagTable{max: max, next: 1, mrs: make(map[uint32]*MR)}
 }
 
-// alloc assigns mr an STag; ok is false when the table is full.
+// alloc assigns mr an STag (setting mr.stag); ok is false when the table
+// is full.
 func (t *stagTable) alloc(mr *MR) (stag uint32, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -43,8 +44,12 @@ func (t *stagTable) alloc(mr *MR) (stag uint32, ok bool) {
 		idx = t.free[0]
 		t.free = t.free[1:]
 	}
+	// mr.stag is set under the table's lock: lookup reads it under the
+	// same lock from the receive path, which may run as soon as the entry
+	// is in the map.
+	mr.stag = idx<<8 | uint32(rand.N(256))
 	t.mrs[idx] = mr
-	return idx<<8 | uint32(rand.N(256)), true
+	return mr.stag, true
 }
 
 // release frees stag's index.

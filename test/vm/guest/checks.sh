@@ -114,24 +114,51 @@ rping_pair rping-rxe "$RXE" 7471
 rping_pair rping-siw "$SIW" 7472
 
 # ---------------------------------------------------- Go test binaries
-# one package at a time (go test -p 1), in its source directory, no -race
+# one package at a time (go test -p 1), in its source directory, no -race.
+# run_go NAME DIR BINARY [VAR=VALUE...] runs one binary with extra env.
+run_go() {
+	local name=$1 dir=$2 bin=$3 log t0 t1 rc why
+	shift 3
+	log=$LOGS/go.$RANDOM
+	t0=$(date +%s)
+	rc=0
+	(cd "$dir" && exec env "$@" timeout -k 10 $((PKG_TIMEOUT + 30)) "$bin" -test.v \
+		-test.timeout "${PKG_TIMEOUT}s") </dev/null >"$log" 2>&1 || rc=$?
+	t1=$(date +%s)
+	if [ "$rc" = 0 ]; then
+		why="$(grep -c '^--- PASS' "$log") tests passed, $(grep -c '^--- SKIP' "$log") skipped, $((t1 - t0))s"
+	elif [ "$rc" = 124 ] || grep -q '^panic: test timed out' "$log"; then
+		why="timed out after ${PKG_TIMEOUT}s"
+	else
+		why="rc $rc, $(grep -c '^--- FAIL' "$log") tests failed"
+	fi
+	result "$name" "$rc" "$log" "$why"
+}
+
+# The dat suite is parametrized by IA: besides its default (the pure-Go
+# iwarp provider on 127.0.0.1) it runs on the verbs provider over the
+# kernel's rxe0 and siw0, through a registry whose "lo" entry opens them.
+dat_on_verbs() {
+	local name=$1 dir=$2 bin=$3 dev=$4 addr=$5 conf
+	conf=$LOGS/dat-$dev.conf
+	printf 'lo u2.0 threadsafe default verbs 1.0 "%s" ""\n' "$addr" >"$conf"
+	run_go "${name}[verbs-$dev]" "$dir" "$bin" RDMANET_DAT_CONF="$conf" \
+		RDMANET_TEST_ADDR="$addr" RDMANET_TEST_PROVIDER=verbs
+}
+
 if [ -n "$PLAN" ] && [ -s "$PLAN" ]; then
 	while IFS=$'\t' read -r name dir bin; do
 		[ -n "$name" ] || continue
-		log=$LOGS/go.$RANDOM
-		t0=$(date +%s)
-		rc=0
-		(cd "$dir" && exec timeout -k 10 $((PKG_TIMEOUT + 30)) "$bin" -test.v \
-			-test.timeout "${PKG_TIMEOUT}s") </dev/null >"$log" 2>&1 || rc=$?
-		t1=$(date +%s)
-		if [ "$rc" = 0 ]; then
-			why="$(grep -c '^--- PASS' "$log") tests passed, $(grep -c '^--- SKIP' "$log") skipped, $((t1 - t0))s"
-		elif [ "$rc" = 124 ] || grep -q '^panic: test timed out' "$log"; then
-			why="timed out after ${PKG_TIMEOUT}s"
-		else
-			why="rc $rc, $(grep -c '^--- FAIL' "$log") tests failed"
-		fi
-		result "$name" "$rc" "$log" "$why"
+		run_go "$name" "$dir" "$bin"
+		case $dir in
+		*/dat)
+			# Opt-in until the verbs provider passes the whole suite (see
+			# the project notes for what still fails there).
+			[ "${RDMANET_VM_DAT_VERBS:-0}" = 1 ] || continue
+			dat_on_verbs "$name" "$dir" "$bin" rxe0 "$RXE"
+			dat_on_verbs "$name" "$dir" "$bin" siw0 "$SIW"
+			;;
+		esac
 	done <"$PLAN"
 fi
 exit 0
