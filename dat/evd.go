@@ -23,7 +23,8 @@ type EVD struct {
 	mu         sync.Mutex
 	ring       []Event
 	head, n    int
-	waiter     chan struct{} // non-nil while a Wait is blocked
+	waiting    bool          // a Wait is in progress
+	wake       chan struct{} // capacity 1: a token wakes the waiter
 	threshold  int
 	overflowed bool
 	dead       bool // freed, or its IA closed
@@ -36,7 +37,7 @@ type EVD struct {
 }
 
 func newEVD(ia *IA, qlen int, flags EVDFlags) *EVD {
-	return &EVD{ia: ia, flags: flags, ring: make([]Event, qlen)}
+	return &EVD{ia: ia, flags: flags, ring: make([]Event, qlen), wake: make(chan struct{}, 1)}
 }
 
 // CreateEVD creates an event dispatcher holding at most qlen events
@@ -101,7 +102,7 @@ func (e *EVD) Query() (EVDParam, error) {
 	if e.dead {
 		return EVDParam{}, newError(op, InvalidHandle, NoSubtype, "EVD is freed")
 	}
-	return EVDParam{IA: e.ia, QLen: len(e.ring), Flags: e.flags, Queued: e.n, Overflowed: e.overflowed, Waiting: e.waiter != nil}, nil
+	return EVDParam{IA: e.ia, QLen: len(e.ring), Flags: e.flags, Queued: e.n, Overflowed: e.overflowed, Waiting: e.waiting}, nil
 }
 
 // post enqueues ev and wakes a waiter whose threshold is met. It reports
@@ -128,9 +129,8 @@ func (e *EVD) postNotify(ev Event, notify bool) bool {
 	}
 	e.ring[(e.head+e.n)%len(e.ring)] = ev
 	e.n++
-	if notify && e.waiter != nil && e.n >= e.threshold {
-		close(e.waiter)
-		e.waiter = nil
+	if notify && e.waiting && e.n >= e.threshold {
+		e.signalLocked()
 	}
 	e.mu.Unlock()
 	return true
@@ -216,47 +216,58 @@ func (e *EVD) wait(ctx context.Context, timer <-chan time.Time, threshold int) (
 		e.mu.Unlock()
 		return Event{}, 0, newError(op, InvalidHandle, NoSubtype, "EVD is freed")
 	}
-	if e.waiter != nil {
+	if e.waiting {
 		e.mu.Unlock()
 		return Event{}, 0, newError(op, InvalidState, StateEVDWaiter, "another caller is waiting on the EVD")
 	}
+	e.waiting, e.threshold = true, threshold
 	for {
+		// The token channel is reused across waits, so a token may be
+		// stale (left by a wake-up that raced a timeout); the condition is
+		// always re-checked under the lock before anything is returned.
+		if e.dead {
+			e.waiting = false
+			e.mu.Unlock()
+			return Event{}, 0, newError(op, Abort, NoSubtype, "EVD freed while waiting")
+		}
 		if e.n >= threshold {
 			ev := e.popLocked()
 			n := e.n
+			e.waiting = false
 			e.mu.Unlock()
 			return ev, n, nil
 		}
-		wake := make(chan struct{})
-		e.waiter, e.threshold = wake, threshold
 		e.mu.Unlock()
 		select {
-		case <-wake:
+		case <-e.wake:
 			e.mu.Lock()
-			if e.dead {
-				e.mu.Unlock()
-				return Event{}, 0, newError(op, Abort, NoSubtype, "EVD freed while waiting")
-			}
 		case <-timer:
-			return e.giveUp(wake, newError(op, TimeoutExpired, NoSubtype, ""))
+			return e.giveUp(newError(op, TimeoutExpired, NoSubtype, ""))
 		case <-done:
 			err := &Error{Code: ClassError | InterruptedCall, Op: op, Err: ctx.Err()}
 			if ctx.Err() == context.DeadlineExceeded {
 				err.Code = ClassError | TimeoutExpired
 			}
-			return e.giveUp(wake, err)
+			return e.giveUp(err)
 		}
 	}
 }
 
-// giveUp withdraws a waiter after a timeout or cancellation. If an event
+// signalLocked wakes the waiter without blocking: one pending token is
+// enough, since the waiter re-checks the queue. Callers hold e.mu.
+func (e *EVD) signalLocked() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// giveUp withdraws the waiter after a timeout or cancellation. If an event
 // met the threshold in the meantime the wait still fails (the caller asked
 // to stop), but the event stays queued.
-func (e *EVD) giveUp(wake chan struct{}, err *Error) (Event, int, error) {
+func (e *EVD) giveUp(err *Error) (Event, int, error) {
 	e.mu.Lock()
-	if e.waiter == wake {
-		e.waiter = nil
-	}
+	e.waiting = false
 	n := e.n
 	e.mu.Unlock()
 	return Event{}, n, err
@@ -305,7 +316,7 @@ func (e *EVD) Free() error {
 		return newError(op, InvalidState, StateEVDInUse, "%d objects still use the EVD", e.refs)
 	}
 	e.mu.Lock()
-	if e.waiter != nil {
+	if e.waiting {
 		e.mu.Unlock()
 		return newError(op, InvalidState, StateEVDWaiter, "a caller is waiting on the EVD")
 	}
@@ -322,9 +333,8 @@ func (e *EVD) kill() {
 	e.freed = true
 	e.mu.Lock()
 	e.dead = true
-	if e.waiter != nil {
-		close(e.waiter)
-		e.waiter = nil
+	if e.waiting {
+		e.signalLocked()
 	}
 	e.mu.Unlock()
 }

@@ -3,11 +3,11 @@
 // iWARP NICs. It implements the provider contract of package dat/driver;
 // package dat registers Driver as the built-in "iwarp" provider.
 //
-// This file set covers connection management: IA/PD/MR/SRQ/QP objects,
-// listening, the MPA Request/Reply exchange (RFC 5044 §7.1, RFC 6581) and
-// teardown. The FPDU data path is not implemented yet: QP.PostSend returns
-// driver.ErrNotSupported on a connected QP (receives are queued and
-// flushed, so DAT's queue semantics already hold).
+// It covers connection management (IA/PD/MR/SRQ/QP objects, listening,
+// the MPA Request/Reply exchange of RFC 5044 §7.1 and RFC 6581, teardown)
+// and the data path: Send, Send with Solicited Event, RDMA Write and RDMA
+// Read as MPA FPDUs carrying DDP segments (RFC 5044 §4, RFC 5041, RFC
+// 5040), with siw's Terminate behaviour.
 //
 // # Open arguments
 //
@@ -40,6 +40,14 @@
 //	                     FIN after sending its own (default 2s).
 //	srq_pz_diff=0|1      whether an EP may use a PD other than its SRQ's
 //	                     (IAAttr.SRQPDDifference, default 1).
+//	mulpdu=N|auto        largest ULPDU (DDP segment, headers included) of
+//	                     the FPDUs this side sends, 64..65535. Default auto:
+//	                     the connection's TCP MSS rounded down to 8, minus
+//	                     the 6 bytes of length field and CRC, so an FPDU
+//	                     fills at most one TCP segment, as siw sizes them
+//	                     and RFC 5044 wants for hardware receivers: 65474
+//	                     on loopback (MTU 64 KiB), 1442 on 1500-byte
+//	                     Ethernet. Receivers accept any FPDU size.
 //
 // DUR is a time.ParseDuration string. Unknown keys are an error.
 //
@@ -69,8 +77,104 @@
 // RFC 5044 §7.1.2: the responder must not send an FPDU before it received
 // the initiator's first FPDU, and siw fails a connection whose
 // Request/Reply is followed by trailing bytes. The QP therefore records its
-// role (ConnInfo.Initiator): the initiator must transmit first (a hello, or
-// the RTR frame when ConnInfo.RTR says peer-to-peer mode was agreed), the
-// responder holds its FPDUs until its reader saw the initiator's first
-// bytes.
+// role (ConnInfo.Initiator): the initiator's consumer must transmit first
+// (a hello Send; a peer-to-peer initiator sends its RTR frame, which the
+// responder accepts as a zero-length Write or Read when ConnInfo.RTR says
+// so), and the responder holds everything it has to send, queued in post
+// order, until its receiver has taken in the initiator's first complete
+// FPDU. A Terminate is the only exception.
+//
+// # Data path
+//
+// Each connection has a receive goroutine and a send goroutine. The send
+// goroutine frames queued work into FPDUs and writes batches of them with
+// one writev: net.Buffers{header, payload pieces..., trailer, header, ...}
+// whose payload entries are the registered memory itself, with the
+// CRC-32C computed over the pieces in place when CRC was negotiated. A
+// message longer than the MULPDU allows is cut into DDP segments whose
+// FPDUs follow each other back to back (non-last ones carry a multiple of
+// 8 payload bytes and need no pad); segments of two messages never
+// interleave. When nothing else is outstanding, PostSend frames a small
+// request (up to 2 KiB, or 64 KiB from a completion handler) itself and
+// makes one non-blocking writev, handing what the socket does not take at
+// once to the send goroutine; larger requests go to that goroutine, which
+// batches queued requests into one writev. PostSend never
+// waits for the network. Sends use untagged queue 0 and Read Requests
+// queue 1, each with MSNs from 1; Read Responses are queued by the
+// receiver and sent ahead of new work, in request order.
+//
+// The receive goroutine reads each FPDU's length, control word and header
+// through a 4 KiB read-ahead buffer, validates it completely, and then
+// reads the payload from the socket straight into the registered memory
+// it is destined for (readv: the rest of the payload and, in the same
+// call, the read-ahead for what follows). Only bytes the read-ahead
+// already held are copied.
+//
+// Outstanding RDMA Reads are limited to the negotiated ORD (later ones,
+// and everything posted after them, wait in post order), and a request
+// with SendFence starts only when every earlier Read has completed.
+//
+// # Completions
+//
+// Every posted work request completes exactly once, and the requests of
+// one queue (receive queue, send queue) complete in post order. A Send or
+// RDMA Write completes when its last byte has been handed to TCP, as siw
+// does (TCP then delivers it or the connection fails); an RDMA Read when
+// its whole Response has been placed; a receive when the last segment of
+// its Send arrived intact (Length is the message length, Solicited is set
+// for Send with SE). A finished request that has an older one still
+// outstanding (a Write behind a Read) completes after it. Statuses: a
+// receive too small for its Send completes with StatusLocalLength, one
+// naming memory the QP may not write with StatusLocalProtection; a Read
+// whose Response does not match it with StatusBadResponse; on disconnect,
+// failure or Close everything still outstanding completes StatusFlushed,
+// receives and send-side requests each in post order, after which new
+// posts flush at once. A graceful Disconnect first lets the send side
+// finish (Sends and Writes handed to TCP, Reads answered and the peer's
+// Read Requests served, bounded by close_timeout), then sends FIN.
+//
+// Completions are delivered by the goroutine that produced them (receive
+// or send goroutine) when no delivery is running, else by a short-lived
+// delivery goroutine; never by the caller of PostSend or PostRecv.
+// Handlers must not block for long; a handler may call Close, Disconnect
+// or Reset of its own QP (they do not wait for the goroutine running the
+// handler).
+//
+// # Protocol errors and Terminate
+//
+// Every inbound FPDU is checked before any payload byte is read: length
+// (at least the opcode's header; a Read Request exactly 46), DDP and RDMAP
+// versions, opcode (0-7; Send with Invalidate is refused: remote
+// invalidation is not supported), queue number, MSN and MO per untagged
+// queue, that a receive is posted and large enough, and for tagged
+// placement that the STag exists with the right key, belongs to the QP's
+// PD, grants REMOTE_WRITE (Write) and that [TO, TO+len) lies inside the
+// region; a Read Response must match the oldest outstanding Read (sink
+// STag, TO, exact length), an inbound Read Request must fit the IRD and
+// name a REMOTE_READ region of the QP's PD within bounds. A violation
+// sends one Terminate with siw's layer/type/code and attachment (control
+// word in RFC 5040 layout; MSN 1, MO 0, QN 2), fails the connection and
+// reports Disconnected with a *TerminateError; a received Terminate ends
+// the connection the same way (TerminateError.Remote), unanswered. The
+// codes: unknown STag, wrong key or missing REMOTE_WRITE DDP/tagged/0, out
+// of bounds 1, another PD 2, TO wrap 3, bad DDP version 4 (untagged 6);
+// no receive or receive too small DDP/untagged/2, bad QN 1, MSN 3, MO 4;
+// Read Request source errors RDMAP/remote protection/0-4, IRD exceeded
+// RDMAP/remote operation/7, bad RDMAP version 5, opcode 6; CRC mismatch
+// LLP/MPA/2, ULPDU_Length below the minimum 3, stream cut inside an FPDU
+// or message 1; a Read Response nobody asked for or interleaved tagged
+// messages DDP catastrophic.
+//
+// # Memory safety
+//
+// Payload is only ever read into a slice of a registered region cut to
+// the validated window ([TO, TO+len) of the region for tagged segments,
+// the posted receive's segments for Sends), so no byte lands outside it,
+// whatever the peer sends; the hostile-peer and fuzz tests check guard
+// bytes around every region. With CRC on, payload is placed before the
+// trailer is checked (as siw does): a corrupted FPDU may have written
+// bytes inside a window its header legitimately named, but its message
+// never completes and the connection fails. Regions stay referenced while
+// a request uses them; a Read's sink is re-checked when its Response
+// starts to arrive.
 package iwarp

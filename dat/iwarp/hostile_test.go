@@ -9,6 +9,7 @@ import (
 
 	"github.com/rdmanet/rdmanet/dat/driver"
 	"github.com/rdmanet/rdmanet/dat/iwarp"
+	"github.com/rdmanet/rdmanet/dat/iwarp/internal/wire"
 )
 
 // hostileTimeout is the shortened req_timeout of the hostile-peer tests.
@@ -119,7 +120,8 @@ func TestHostileInitiators(t *testing.T) {
 
 // TestNoOverRead checks that the responder reads exactly the Request and
 // leaves bytes behind it to the connection (they are the initiator's first
-// FPDU), by sending the Request and a first "FPDU" in one write.
+// FPDU), by sending the Request and a first FPDU (a zero-length Send) in
+// one write.
 func TestNoOverRead(t *testing.T) {
 	leakCheck(t)
 	ctx := testCtx(t)
@@ -127,8 +129,13 @@ func TestNoOverRead(t *testing.T) {
 	l := listen(t, ia, driver.ListenConfig{})
 	rec := newRecorder()
 	q := newQP(t, ia, defaultQPConfig, rec)
+	if err := q.PostRecv(driver.RecvWR{Cookie: 7}); err != nil {
+		t.Fatal(err)
+	}
 	c := dialRaw(t, l.Addr())
-	c.Write(append(mpaFrame(keyReq, flagE, 2, append(v2Block(1, 1), "pd"...)), "FPDU"...))
+	f := wire.FPDU{Header: wire.Header{Opcode: wire.OpSend, Last: true, MSN: 1}}
+	fpdu, _ := f.Append(nil, false)
+	c.Write(append(mpaFrame(keyReq, flagE, 2, append(v2Block(1, 1), "pd"...)), fpdu...))
 	r := accept(t, ctx, l)
 	if string(r.PrivateData()) != "pd" {
 		t.Fatalf("private data %q", r.PrivateData())
@@ -139,16 +146,19 @@ func TestNoOverRead(t *testing.T) {
 	if _, err := readFrame(c); err != nil {
 		t.Fatal(err)
 	}
-	// The trailing bytes reached the QP's reader: they opened the
-	// responder's startup gate.
+	// The trailing FPDU reached the QP's reader: it opened the
+	// responder's startup gate and completed the receive.
 	select {
 	case <-iwarp.QPCanSend(q):
 	case <-time.After(testTimeout):
 		t.Fatal("responder's startup gate still closed after the initiator's first bytes")
 	}
 	c.Close()
-	// The QP's reader consumed the trailing bytes and then saw the close.
+	// The QP's reader consumed the trailing FPDU and then saw the close.
 	if err := rec.waitDisconnected(t); err != nil {
 		t.Fatalf("Disconnected(%v), want nil", err)
+	}
+	if cs, _ := rec.counts(); len(cs) != 1 || cs[0].Cookie != 7 || cs[0].Status != driver.StatusSuccess || cs[0].Length != 0 {
+		t.Fatalf("completions %+v, want the receive completed with 0 bytes", cs)
 	}
 }

@@ -217,3 +217,19 @@ func TestIACloseClosesEverything(t *testing.T) {
 		t.Fatalf("second close: %v", err)
 	}
 }
+
+func TestMULPDUOption(t *testing.T) {
+	for _, bad := range []string{"mulpdu=63", "mulpdu=65536", "mulpdu=x", "mulpdu=0"} {
+		if _, err := (iwarp.Driver{}).Open(context.Background(), []string{"127.0.0.1", bad}); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+	for _, good := range []string{"mulpdu=64", "mulpdu=65535", "mulpdu=auto"} {
+		ia, err := (iwarp.Driver{}).Open(context.Background(), []string{"127.0.0.1", good})
+		if err != nil {
+			t.Errorf("%s: %v", good, err)
+			continue
+		}
+		ia.Close()
+	}
+}

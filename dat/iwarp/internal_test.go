@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
+	"github.com/rdmanet/rdmanet/dat/iwarp/internal/wire"
 )
 
 func TestResponderLimits(t *testing.T) {
@@ -191,7 +192,7 @@ func TestSRQTakeWatermark(t *testing.T) {
 	}
 	for i := 0; i < 3; i++ {
 		wr, ok := s.take()
-		if !ok || wr.Cookie != uint64(i) {
+		if !ok || wr.cookie != uint64(i) {
 			t.Fatalf("take %d: %+v %v", i, wr, ok)
 		}
 	}
@@ -204,7 +205,8 @@ func TestSRQTakeWatermark(t *testing.T) {
 }
 
 // TestStartupGate: the initiator may send at once; the responder only
-// after the initiator's first bytes arrived.
+// after the initiator's first complete FPDU arrived (a partial one is not
+// enough).
 func TestStartupGate(t *testing.T) {
 	ctx := context.Background()
 	ia := newIA(defaultOptions())
@@ -214,9 +216,15 @@ func TestStartupGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	iq, _ := ia.CreateQP(driver.QPConfig{}, nil)
-	rq, _ := ia.CreateQP(driver.QPConfig{}, nil)
+	defer dl.Close()
+	pd, _ := ia.AllocPD()
+	cfg := driver.QPConfig{PD: pd, MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
+	iq, _ := ia.CreateQP(cfg, nil)
+	rq, _ := ia.CreateQP(cfg, nil)
 	ini, resp := iq.(*QP), rq.(*QP)
+	if err := resp.PostRecv(driver.RecvWR{Cookie: 1}); err != nil {
+		t.Fatal(err)
+	}
 	errc := make(chan error, 1)
 	go func() {
 		_, err := ini.Connect(ctx, dl.Addr(), nil)
@@ -245,16 +253,27 @@ func TestStartupGate(t *testing.T) {
 	if info, _ := ini.ConnInfo(); !info.Initiator {
 		t.Fatal("initiator not marked")
 	}
-	// The data path's first FPDU, here just bytes on the socket.
+	// The initiator's first FPDU (a zero-length Send), written by hand in
+	// two pieces: the first piece must not open the gate.
+	f := wire.FPDU{Header: wire.Header{Opcode: wire.OpSend, Last: true, MSN: 1}}
+	fpdu, _ := f.Append(nil, false)
 	ini.mu.Lock()
 	tc := ini.conn.tc
 	ini.mu.Unlock()
-	if _, err := tc.Write([]byte{0, 0}); err != nil {
+	if _, err := tc.Write(fpdu[:10]); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-resp.canSend():
+		t.Fatal("responder's gate opened by a partial FPDU")
+	case <-time.After(50 * time.Millisecond):
+	}
+	if _, err := tc.Write(fpdu[10:]); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-resp.canSend():
 	case <-time.After(10 * time.Second):
-		t.Fatal("responder's gate still closed after the initiator's first bytes")
+		t.Fatal("responder's gate still closed after the initiator's first FPDU")
 	}
 }

@@ -25,6 +25,8 @@ const (
 	// DefaultReplyTimeout is how long an initiator waits for the MPA Reply
 	// (siw MPAREQ_TIMEOUT).
 	DefaultReplyTimeout = wire.SiwMPAReplyTimeout
+	// MinMULPDU is the smallest mulpdu option accepted.
+	MinMULPDU = 64
 	// DefaultCloseTimeout is how long a graceful Disconnect waits for the
 	// peer to close its half of the stream.
 	DefaultCloseTimeout = 2 * time.Second
@@ -41,6 +43,9 @@ type options struct {
 	requestTimeout time.Duration
 	replyTimeout   time.Duration
 	closeTimeout   time.Duration
+	// mulpdu is the largest ULPDU_Length the data path sends; 0: derive
+	// it from the connection's TCP MSS (autoMULPDU).
+	mulpdu int
 	// sameSRQPD makes the IA report no srq_ep_pz_difference_support, so
 	// consumers (and dat's tests) can exercise that branch of the DAT rules.
 	sameSRQPD bool
@@ -93,6 +98,13 @@ func parseOptions(args []string) (options, error) {
 			o.replyTimeout, err = parseTimeout(v)
 		case "close_timeout":
 			o.closeTimeout, err = parseTimeout(v)
+		case "mulpdu":
+			if v != "auto" {
+				o.mulpdu, err = strconv.Atoi(v)
+				if err == nil && (o.mulpdu < MinMULPDU || o.mulpdu > wire.MaxULPDULength) {
+					err = fmt.Errorf("%d outside %d..%d", o.mulpdu, MinMULPDU, wire.MaxULPDULength)
+				}
+			}
 		case "srq_pz_diff":
 			var diff bool
 			diff, err = strconv.ParseBool(v)

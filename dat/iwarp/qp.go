@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
 )
@@ -49,7 +50,16 @@ type QP struct {
 	state   qpState
 	attempt *attempt    // the establishment in progress (qpConnecting)
 	conn    *connection // current or last connection; nil when idle
-	rq      []driver.RecvWR
+	rq      ring[recvWR]
+	// late holds the flushed completions of send-side WRs posted after a
+	// teardown began and before it flushed the send queue; they complete
+	// right after it, keeping post order.
+	late ring[driver.Completion]
+	// flushed is false from establishment until the connection's teardown
+	// has flushed its queues: meanwhile work posted to a disconnected QP
+	// is queued behind the work being flushed; afterwards it completes
+	// flushed at once.
+	flushed bool
 }
 
 var _ driver.QP = (*QP)(nil)
@@ -62,7 +72,7 @@ type attempt struct {
 }
 
 func newQP(ia *IA, cfg driver.QPConfig, h driver.QPHandler) *QP {
-	return &QP{ia: ia, events: newEventQueue(h), cfg: cfg}
+	return &QP{ia: ia, events: newEventQueue(h), cfg: cfg, flushed: true}
 }
 
 // Modify replaces the configuration of a QP that is not connected or
@@ -96,7 +106,7 @@ func (q *QP) beginAttempt(ctx context.Context, op string) (context.Context, *att
 }
 
 // finishAttempt ends an attempt: on success (c != nil, err == nil) the QP
-// takes the connection and starts its reader; on failure it becomes
+// takes the connection and starts its data path; on failure it becomes
 // disconnected and its receives are flushed. If a local Disconnect/Close
 // overtook the attempt, c is reset and ErrAborted returned.
 func (q *QP) finishAttempt(a *attempt, c *connection, err error) error {
@@ -116,42 +126,30 @@ func (q *QP) finishAttempt(a *attempt, c *connection, err error) error {
 	q.attempt = nil
 	if err != nil {
 		q.state = qpDisconnected
-		flush := q.takeRecvs()
+		q.flushRecvsLocked()
 		q.mu.Unlock()
-		q.events.flushRecvs(flush)
 		return err
 	}
 	q.state = qpConnected
 	q.conn = c
-	go c.readLoop(q)
+	q.flushed = false
+	c.start(q)
 	q.mu.Unlock()
 	return nil
 }
 
-// connLost is called by c's reader when the stream ended. Unless this side
-// already tore the connection down, the QP becomes disconnected and the
-// handler hears about it exactly once.
-func (q *QP) connLost(c *connection, err error) {
-	q.mu.Lock()
-	if q.conn != c || c.local || q.state != qpConnected {
-		q.mu.Unlock()
-		return
-	}
-	q.state = qpDisconnected
-	flush := q.takeRecvs()
-	q.mu.Unlock()
-	// Close our half too: the peer's FIN (or the failure) ends the
-	// connection; siw releases the socket the same way.
-	_ = c.tc.Close()
-	c.closeOnce.Do(func() { close(c.closed) })
-	q.events.flushRecvs(flush)
-	q.events.disconnected(lostError(err))
-}
-
-// Disconnect tears the connection down (see connection.shutdown for
-// graceful vs abrupt) or aborts an establishment in progress. The handler
-// gets no Disconnected call for it. Disconnecting a disconnected QP is a
-// no-op (an abrupt call hurries a graceful one still waiting for the peer).
+// Disconnect tears the connection down or aborts an establishment in
+// progress. The handler gets no Disconnected call for it. Disconnecting a
+// disconnected QP is a no-op (an abrupt call hurries a graceful one still
+// waiting for the peer).
+//
+// Graceful: the send side drains first (queued Sends and Writes are handed
+// to TCP, outstanding Reads get their Responses, the peer's Read Requests
+// are answered; bounded by close_timeout), then FIN is sent (TCP half-close
+// is iWARP's orderly teardown, RFC 5044 §7.2) and the peer's FIN awaited
+// (close_timeout again); receives keep landing meanwhile. Abrupt: the
+// stream is reset at once. Either way everything still outstanding then
+// completes flushed, in post order, before Disconnect returns.
 func (q *QP) Disconnect(graceful bool) error {
 	q.mu.Lock()
 	switch q.state {
@@ -159,19 +157,25 @@ func (q *QP) Disconnect(graceful bool) error {
 		a := q.attempt
 		q.attempt = nil
 		q.state = qpDisconnected
-		flush := q.takeRecvs()
+		q.flushRecvsLocked()
 		q.mu.Unlock()
 		a.abort(ErrAborted)
 		<-a.done
-		q.events.flushRecvs(flush)
 		return nil
 	case qpConnected:
 		c := q.conn
 		c.local = true
 		q.state = qpDisconnected
-		flush := q.takeRecvs()
+		if graceful {
+			c.draining = true
+		}
 		q.mu.Unlock()
-		q.events.flushRecvs(flush)
+		if c.fromHandler() {
+			// Called by a handler running on one of the connection's
+			// goroutines, which the teardown needs: let it run on.
+			go c.shutdown(graceful, q.ia.opts.closeTimeout)
+			return nil
+		}
 		c.shutdown(graceful, q.ia.opts.closeTimeout)
 		return nil
 	case qpDisconnected:
@@ -182,7 +186,9 @@ func (q *QP) Disconnect(graceful bool) error {
 			if !graceful {
 				c.abort()
 			}
-			<-c.closed
+			if !c.fromHandler() {
+				<-c.closed
+			}
 		}
 		return nil
 	default:
@@ -192,24 +198,68 @@ func (q *QP) Disconnect(graceful bool) error {
 	}
 }
 
+// shutdown ends the connection after a local Disconnect and returns when
+// its teardown is complete (see QP.Disconnect).
+func (c *connection) shutdown(graceful bool, timeout time.Duration) {
+	c.wake()
+	if graceful {
+		t := time.NewTimer(timeout)
+		select {
+		case <-c.drained:
+			// FIN sent; wait for the peer's.
+			t.Reset(timeout)
+			select {
+			case <-c.closed:
+			case <-t.C:
+			}
+		case <-c.closed:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	c.abort()
+	<-c.closed
+}
+
 // Reset returns a disconnected QP to the unconnected state, dropping the
 // old connection's remains. Resetting an unconnected QP is a no-op.
 func (q *QP) Reset() error {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	switch q.state {
 	case qpIdle:
+		q.mu.Unlock()
 		return nil
 	case qpDisconnected:
+		if c := q.conn; c != nil {
+			// The teardown may still be flushing (it is quick).
+			q.mu.Unlock()
+			select {
+			case <-c.closed:
+			default:
+				if c.fromHandler() {
+					return fmt.Errorf("iwarp: reset: the connection's teardown is still running (reset called from a completion handler): %w", driver.ErrNotConnected)
+				}
+				<-c.closed
+			}
+			q.mu.Lock()
+			if q.state != qpDisconnected || q.conn != c {
+				s := q.state
+				q.mu.Unlock()
+				return errInvalidState("reset", s)
+			}
+		}
 		q.conn = nil
 		q.state = qpIdle
+		q.mu.Unlock()
 		return nil
 	}
-	return errInvalidState("reset", q.state)
+	s := q.state
+	q.mu.Unlock()
+	return errInvalidState("reset", s)
 }
 
 // Close destroys the QP: an establishment in progress is aborted, a
-// connection reset, posted receives are flushed. It is idempotent.
+// connection reset, everything posted is flushed. It is idempotent.
 func (q *QP) Close() error {
 	q.mu.Lock()
 	if q.state == qpClosed {
@@ -224,7 +274,9 @@ func (q *QP) Close() error {
 	if c != nil && prev == qpConnected {
 		c.local = true
 	}
-	flush := q.takeRecvs()
+	if c == nil || q.flushed {
+		q.flushRecvsLocked()
+	}
 	q.mu.Unlock()
 
 	if a != nil {
@@ -234,11 +286,13 @@ func (q *QP) Close() error {
 	if c != nil {
 		// Abrupt in every case: a graceful Disconnect still waiting for
 		// the peer is cut short, a peer-closed socket is already closed.
+		// The teardown flushes what is still posted. A handler on the
+		// receiver goroutine closing its own QP cannot wait for it.
 		c.abort()
-		<-c.readerDone
-		c.closeOnce.Do(func() { close(c.closed) })
+		if !c.fromHandler() {
+			<-c.closed
+		}
 	}
-	q.events.flushRecvs(flush)
 	q.ia.forgetQP(q)
 	return nil
 }
@@ -278,7 +332,7 @@ func (q *QP) canSend() <-chan struct{} {
 
 // PostRecv queues a receive. Receives may be posted before the connection
 // exists (iWARP has no RNR retry, so they must be); on a disconnected QP
-// they complete flushed at once, as DAT requires.
+// they complete flushed, in order behind anything still being flushed.
 func (q *QP) PostRecv(wr driver.RecvWR) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -289,38 +343,106 @@ func (q *QP) PostRecv(wr driver.RecvWR) error {
 		return fmt.Errorf("iwarp: post recv: QP receives from an SRQ: %w", driver.ErrNotSupported)
 	case len(wr.Local) > q.cfg.MaxRecvSGE:
 		return fmt.Errorf("iwarp: post recv: %d SGEs exceed %d: %w", len(wr.Local), q.cfg.MaxRecvSGE, driver.ErrResources)
-	case q.state == qpDisconnected:
-		q.events.flushRecvs([]driver.RecvWR{wr})
+	case q.state == qpDisconnected && q.flushed:
+		q.events.flushRecv(wr.Cookie)
 		return nil
-	case len(q.rq) >= q.cfg.MaxRecvWR:
-		return fmt.Errorf("iwarp: post recv: %d receives posted: %w", len(q.rq), driver.ErrQueueFull)
+	case q.rq.len() >= q.cfg.MaxRecvWR:
+		return fmt.Errorf("iwarp: post recv: %d receives posted: %w", q.rq.len(), driver.ErrQueueFull)
 	}
-	wr.Local = append([]driver.SGE(nil), wr.Local...)
-	q.rq = append(q.rq, wr)
+	q.rq.push(newRecvWR(wr))
 	return nil
 }
 
-// PostSend posts a Send, RDMA Write or RDMA Read. The FPDU data path is
-// not implemented yet: on a connected QP this returns
-// driver.ErrNotSupported. On a disconnected QP the request completes
-// flushed at once, as DAT requires.
+// PostSend posts a Send, RDMA Write or RDMA Read. The local segments are
+// resolved against the QP's PD now (an unknown LKey or a segment outside
+// its region is refused with an error, and no completion follows); the
+// request then completes exactly once, in post order: a Send or Write when
+// its last byte has been handed to TCP (as siw does: TCP delivers it or
+// the connection fails), a Read when its whole Response has been placed.
+// On a disconnected QP the request completes flushed.
+//
+// PostSend never waits for the network. When the QP has no other
+// send-side work outstanding and the request is small (at most 2 KiB, or
+// 64 KiB when posted from a completion handler), it frames it and makes
+// one non-blocking writev itself, saving the hand-off to the sender
+// goroutine; whatever the socket does not take at once is left to that
+// goroutine, which otherwise does all the writing, batching queued
+// requests into one writev.
 func (q *QP) PostSend(wr driver.SendWR) error {
+	var w sendWR
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	switch q.state {
 	case qpConnected:
-		return fmt.Errorf("iwarp: post send: data path not implemented: %w", driver.ErrNotSupported)
 	case qpDisconnected:
 		c := driver.Completion{Cookie: wr.Cookie, Op: wr.Op, Status: driver.StatusFlushed, Signaled: true}
-		q.events.post(func(h driver.QPHandler) { h.Completion(c) })
+		if q.flushed {
+			q.events.complete(c)
+		} else {
+			q.late.push(c)
+		}
+		q.mu.Unlock()
+		return nil
+	default:
+		s := q.state
+		q.mu.Unlock()
+		return errInvalidState("post send", s)
+	}
+	c := q.conn
+	if c.maxSend <= 0 || c.sq.len() >= c.maxSend {
+		n := c.sq.len()
+		q.mu.Unlock()
+		return fmt.Errorf("iwarp: post send: %d requests outstanding: %w", n, driver.ErrQueueFull)
+	}
+	if wr.Op == driver.OpRDMARead && c.info.ORD == 0 {
+		q.mu.Unlock()
+		return fmt.Errorf("iwarp: post RDMA read: the connection's ORD is 0 (the peer accepts no Reads): %w", driver.ErrResources)
+	}
+	pd, _ := q.cfg.PD.(*PD)
+	if err := w.resolve(pd, wr, c.maxSGE); err != nil {
+		q.mu.Unlock()
+		return fmt.Errorf("iwarp: post send: %w", err)
+	}
+	p := c.getWR()
+	*p = w
+	p.state = wrQueued
+	c.sq.push(p)
+	c.queued++
+	// Inline only when this is the QP's only outstanding send-side work
+	// and the request is small, or is posted by a handler that a provider
+	// goroutine runs (a request/response server: nothing would be
+	// batched with it). Larger requests from consumers go to the sender
+	// goroutine, which batches whatever is queued into one writev.
+	inline := !c.writing && c.gate && !c.dead && c.sq.len() == 1 &&
+		(w.total <= inlineSmall || w.total <= inlineMax && q.events.inline.Load() != 0)
+	if !inline {
+		q.mu.Unlock()
+		c.wake()
 		return nil
 	}
-	return errInvalidState("post send", q.state)
+	// Inline: take the writer token and the batch in this critical
+	// section, write without the lock, complete in one more.
+	c.writing = true
+	st := c.tx.pickLocked(false)
+	q.mu.Unlock()
+	if st == stepProgress {
+		st = c.tx.send(false)
+	}
+	q.mu.Lock()
+	if st == stepProgress {
+		// Handlers never run in the poster's goroutine: the completions
+		// are queued for the sender goroutine to deliver.
+		c.tx.finishLocked(true)
+	}
+	c.writing = false // after a failure the sender goroutine finds c.dead and stops
+	q.mu.Unlock()
+	c.wake()
+	return nil
 }
 
-// takeRecvs empties the receive queue for flushing. Called with q.mu held.
-func (q *QP) takeRecvs() []driver.RecvWR {
-	rq := q.rq
-	q.rq = nil
-	return rq
+// flushRecvsLocked completes every queued receive flushed. Called with
+// q.mu held.
+func (q *QP) flushRecvsLocked() {
+	for q.rq.len() > 0 {
+		q.events.flushRecv(q.rq.pop().cookie)
+	}
 }

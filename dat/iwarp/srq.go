@@ -19,7 +19,7 @@ type SRQ struct {
 
 	mu        sync.Mutex
 	closed    bool
-	wrs       []driver.RecvWR
+	wrs       ring[recvWR]
 	watermark int // armed low watermark, 0: disarmed
 }
 
@@ -39,11 +39,10 @@ func (s *SRQ) PostRecv(wr driver.RecvWR) error {
 	if s.closed {
 		return fmt.Errorf("iwarp: SRQ post recv: %w", net.ErrClosed)
 	}
-	if len(s.wrs) >= s.cfg.MaxRecvWR {
-		return fmt.Errorf("iwarp: SRQ post recv: %d receives posted: %w", len(s.wrs), driver.ErrQueueFull)
+	if s.wrs.len() >= s.cfg.MaxRecvWR {
+		return fmt.Errorf("iwarp: SRQ post recv: %d receives posted: %w", s.wrs.len(), driver.ErrQueueFull)
 	}
-	wr.Local = append([]driver.SGE(nil), wr.Local...)
-	s.wrs = append(s.wrs, wr)
+	s.wrs.push(newRecvWR(wr))
 	return nil
 }
 
@@ -62,22 +61,20 @@ func (s *SRQ) SetLowWatermark(n int) error {
 func (s *SRQ) Posted() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.wrs)
+	return s.wrs.len()
 }
 
 // take removes the oldest receive for the data path. When that drops the
 // count below the armed watermark the handler is told once and the
 // watermark disarmed (verbs IBV_EVENT_SRQ_LIMIT_REACHED semantics).
-func (s *SRQ) take() (driver.RecvWR, bool) {
+func (s *SRQ) take() (recvWR, bool) {
 	s.mu.Lock()
-	if s.closed || len(s.wrs) == 0 {
+	if s.closed || s.wrs.len() == 0 {
 		s.mu.Unlock()
-		return driver.RecvWR{}, false
+		return recvWR{}, false
 	}
-	wr := s.wrs[0]
-	s.wrs[0] = driver.RecvWR{}
-	s.wrs = s.wrs[1:]
-	fire := s.watermark > 0 && len(s.wrs) < s.watermark
+	wr := s.wrs.pop()
+	fire := s.watermark > 0 && s.wrs.len() < s.watermark
 	if fire {
 		s.watermark = 0
 	}
@@ -93,7 +90,7 @@ func (s *SRQ) take() (driver.RecvWR, bool) {
 func (s *SRQ) Close() error {
 	s.mu.Lock()
 	s.closed = true
-	s.wrs = nil
+	s.wrs.clear()
 	s.mu.Unlock()
 	return nil
 }

@@ -1,0 +1,581 @@
+package iwarp
+
+import (
+	"errors"
+	"io"
+	"math"
+	"net"
+
+	"github.com/rdmanet/rdmanet/dat/driver"
+	"github.com/rdmanet/rdmanet/dat/iwarp/internal/wire"
+)
+
+// Receiver buffering. Headers and trailers are read through a small
+// read-ahead buffer (one read usually brings a whole small FPDU, or the
+// trailer of one and the header of the next); payload goes from the
+// socket straight into the registered memory it is destined for. Only
+// what the read-ahead already holds is copied (at most rxBufSize bytes per
+// FPDU), and a payload remainder shorter than rxDirectMin is read through
+// the buffer too, so that the next header comes with it in one read.
+const (
+	rxBufSize   = 4096
+	rxDirectMin = 1024
+)
+
+// receiver is the state of a connection's receive goroutine. It owns the
+// stream's read side and the per-stream DDP state (MSN/MO per untagged
+// queue, the tagged message in progress).
+//
+// Every header is parsed and every check that decides where payload goes
+// (queue number, MSN, MO, receive capacity, STag, key, PD, access right,
+// bounds, the outstanding Read) passes before the first payload byte is
+// read: payload is only ever read into a slice of a registered region,
+// cut to the validated window, so no byte can land outside it. A failed
+// check sends a Terminate and ends the connection.
+type receiver struct {
+	c  *connection
+	q  *QP
+	tc *net.TCPConn
+
+	buf  []byte
+	r, w int
+
+	crcOn   bool
+	crc     wire.CRC
+	started bool // a complete FPDU has arrived
+
+	hdr  [wire.ReadRequestHeaderLen]byte // current header, for Terminate attachments
+	hlen int
+
+	// Untagged queue 0: Sends.
+	sendMSN  uint32 // MSN of the Send in progress or the next one
+	sendMO   uint32 // bytes of it placed
+	sendOn   bool   // a Send is in progress (its last segment not seen)
+	sendOp   wire.Opcode
+	haveRecv bool // recv is taken and not completed
+	recv     recvWR
+	dst      [maxSGE][]byte
+	ndst     int
+	dstIdx   int
+	dstOff   int
+	dstCap   uint64
+
+	// Untagged queue 1: Read Requests.
+	rreqMSN uint32
+
+	// Tagged messages (Write, Read Response): at most one in progress.
+	tagOn   bool
+	tagOp   wire.Opcode
+	tagSTag uint32
+	tagTO   uint64 // TO the next segment must carry
+	tagMR   *MR
+	rd      *sendWR // the Read whose Response is arriving
+	rdDone  uint32
+
+	termBuf [wire.MaxTerminateAttachLen + wire.TerminateControlLen]byte
+
+	raw rawReader // readv (platform specific)
+	gid uint64    // this goroutine's id (eventQueue.deliver)
+}
+
+func (c *connection) readLoop() {
+	rx := &receiver{c: c, q: c.q, tc: c.tc, buf: make([]byte, rxBufSize), crcOn: c.crc, sendMSN: 1, rreqMSN: 1, gid: goid()}
+	err := rx.run()
+	c.finish(rx, err)
+}
+
+// run reads FPDUs until the stream ends or fails. The result is the
+// Disconnected argument: nil for the peer's orderly close at a message
+// boundary.
+func (rx *receiver) run() error {
+	for {
+		if err := rx.fill(4); err != nil {
+			return rx.readErr(err, rx.r == rx.w)
+		}
+		rx.hlen = 0
+		op, l, err := wire.ParseControl(rx.buf[rx.r : rx.r+4])
+		if err != nil {
+			return rx.protoErr(err)
+		}
+		hl := op.HeaderLen()
+		if err := rx.fill(hl); err != nil {
+			return rx.readErr(err, false)
+		}
+		hdr := rx.buf[rx.r : rx.r+hl]
+		rx.hlen = copy(rx.hdr[:], hdr)
+		var h wire.Header
+		if _, err := h.Parse(hdr); err != nil {
+			return rx.protoErr(err)
+		}
+		if rx.crcOn {
+			rx.crc = wire.CRC(0).Update(hdr)
+		}
+		rx.r += hl
+		n := l + wire.ULPDULengthLen - hl // payload (or Terminate attachment) bytes
+		switch op {
+		case wire.OpSend, wire.OpSendSE, wire.OpSendInvalidate, wire.OpSendSEInvalidate:
+			err = rx.send(&h, n, l)
+		case wire.OpWrite:
+			err = rx.write(&h, n, l)
+		case wire.OpReadResponse:
+			err = rx.readResponse(&h, n, l)
+		case wire.OpReadRequest:
+			err = rx.readRequest(&h, l)
+		case wire.OpTerminate:
+			return rx.terminate(n, l)
+		}
+		if err != nil {
+			return err
+		}
+		if !rx.started {
+			rx.started = true
+			rx.c.openGate()
+		}
+	}
+}
+
+// fill makes at least n (≤ rxBufSize) bytes available in the read-ahead
+// buffer, reading as much as the socket has.
+func (rx *receiver) fill(n int) error {
+	if rx.w-rx.r >= n {
+		return nil
+	}
+	if rx.r == rx.w {
+		rx.r, rx.w = 0, 0
+	} else if rx.r+n > len(rx.buf) {
+		rx.w = copy(rx.buf, rx.buf[rx.r:rx.w])
+		rx.r = 0
+	}
+	for rx.w-rx.r < n {
+		m, err := rx.tc.Read(rx.buf[rx.w:])
+		rx.w += m
+		if err != nil && rx.w-rx.r < n {
+			if errors.Is(err, io.EOF) && rx.w > rx.r {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// readInto places exactly len(p) payload bytes into p: what the read-ahead
+// holds, then straight from the socket. The CRC is extended over p.
+func (rx *receiver) readInto(p []byte) error {
+	if len(p) == 0 {
+		return nil
+	}
+	n := copy(p, rx.buf[rx.r:rx.w])
+	rx.r += n
+	for n < len(p) {
+		rem := p[n:]
+		if len(rem) < rxDirectMin {
+			if err := rx.fill(len(rem)); err != nil {
+				return err
+			}
+			k := copy(rem, rx.buf[rx.r:rx.w])
+			rx.r += k
+			n += k
+			continue
+		}
+		m, err := rx.readDirect(rem)
+		n += m
+		if err != nil && n < len(p) {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	if rx.crcOn {
+		rx.crc = rx.crc.Update(p)
+	}
+	return nil
+}
+
+// trailer reads and checks the pad and CRC of the FPDU whose ULPDU_Length
+// is l.
+func (rx *receiver) trailer(l int) error {
+	tl := wire.TrailerLen(l)
+	if err := rx.fill(tl); err != nil {
+		return rx.readErr(err, false)
+	}
+	err := wire.CheckTrailer(rx.buf[rx.r:rx.r+tl], l, rx.crc, rx.crcOn)
+	rx.r += tl
+	if err != nil {
+		rx.hlen = 0
+		return rx.protoErr(err)
+	}
+	return nil
+}
+
+// readErr classifies a read failure. At an FPDU boundary with no message
+// in progress, EOF is the peer's orderly close. EOF anywhere else means
+// the stream was cut inside an FPDU or message: Terminate LLP "stream
+// lost". Other errors (reset, local close) end the connection as broken.
+func (rx *receiver) readErr(err error, boundary bool) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		if boundary && !rx.sendOn && !rx.tagOn {
+			return nil
+		}
+		rx.hlen = 0
+		return rx.protoErr(errStreamLost)
+	}
+	return lostError(err)
+}
+
+// protoErr handles a protocol violation by the peer: it queues the
+// Terminate siw would send (with the offending header attached as siw
+// does, control word in RFC 5040 layout) and fails the connection.
+func (rx *receiver) protoErr(err error) error {
+	cause, _ := wire.CauseOf(err)
+	te := &TerminateError{Layer: uint8(cause.Layer), EType: cause.EType, ECode: cause.ECode, Reason: reasonOf(err)}
+	var attach [wire.MaxTerminateAttachLen]byte
+	t := wire.SiwTerminate(cause, rx.hdr[:rx.hlen], wire.TermLayoutRFC, attach[:0])
+	fpdu, aerr := wire.AppendTerminate(make([]byte, 0, wire.TerminateHeaderLen+wire.MaxTerminateAttachLen+7), &t, rx.crcOn)
+	if aerr != nil {
+		fpdu = nil
+	}
+	rx.c.fail(te, fpdu)
+	return te
+}
+
+// --- Sends ---------------------------------------------------------------
+
+func (rx *receiver) send(h *wire.Header, n, l int) error {
+	if h.Opcode == wire.OpSendInvalidate || h.Opcode == wire.OpSendSEInvalidate {
+		return rx.protoErr(errCannotInvalidate)
+	}
+	if !rx.sendOn {
+		if err := rx.takeRecv(h); err != nil {
+			return rx.protoErr(err)
+		}
+		if !rx.resolveRecv() {
+			rx.completeRecv(driver.StatusLocalProtection, 0, false)
+			return rx.protoErr(errRecvProtection)
+		}
+		rx.sendOn, rx.sendOp, rx.sendMO = true, h.Opcode, 0
+	} else {
+		switch {
+		case h.MSN != rx.sendMSN:
+			return rx.protoErr(errMSN)
+		case h.MO != rx.sendMO:
+			return rx.protoErr(errMO)
+		case h.Opcode != rx.sendOp:
+			return rx.protoErr(errIntersect)
+		}
+	}
+	// MO is 32 bits: a message can never exceed 4 GiB - 1, whatever the
+	// receive's capacity.
+	if uint64(rx.sendMO)+uint64(n) > min(rx.dstCap, math.MaxUint32) {
+		rx.completeRecv(driver.StatusLocalLength, 0, false)
+		return rx.protoErr(errRecvTooSmall)
+	}
+	for left := n; left > 0; {
+		d := rx.dst[rx.dstIdx]
+		k := min(left, len(d)-rx.dstOff)
+		if err := rx.readInto(d[rx.dstOff : rx.dstOff+k]); err != nil {
+			return rx.readErr(err, false)
+		}
+		left -= k
+		rx.dstOff += k
+		if rx.dstOff == len(d) {
+			rx.dstIdx++
+			rx.dstOff = 0
+		}
+	}
+	if err := rx.trailer(l); err != nil {
+		return err
+	}
+	rx.sendMO += uint32(n)
+	if h.Last {
+		se := h.Opcode == wire.OpSendSE
+		rx.completeRecv(driver.StatusSuccess, rx.sendMO, se)
+		rx.sendMSN++
+		rx.sendOn = false
+	}
+	return nil
+}
+
+// takeRecv takes the oldest posted receive (of the QP or its SRQ) for
+// the Send whose first segment h is, checking in siw's order: a receive
+// must exist, then MSN and MO.
+func (rx *receiver) takeRecv(h *wire.Header) error {
+	check := func() error {
+		if h.MSN != rx.sendMSN {
+			return errMSN
+		}
+		if h.MO != 0 {
+			return errMO
+		}
+		return nil
+	}
+	if s := rx.c.srq; s != nil {
+		if s.Posted() == 0 {
+			return errNoRecv
+		}
+		if err := check(); err != nil {
+			return err
+		}
+		wr, ok := s.take()
+		if !ok {
+			return errNoRecv
+		}
+		rx.recv, rx.haveRecv = wr, true
+		return nil
+	}
+	q := rx.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.rq.len() == 0 {
+		return errNoRecv
+	}
+	if err := check(); err != nil {
+		return err
+	}
+	rx.recv, rx.haveRecv = q.rq.pop(), true
+	return nil
+}
+
+// resolveRecv turns the taken receive's segments into the memory the
+// Send lands in, checked against the PD of the queue it was posted to.
+func (rx *receiver) resolveRecv() bool {
+	pd := rx.c.pd
+	if rx.c.srq != nil {
+		pd = rx.c.srq.pd
+	}
+	rx.ndst, rx.dstIdx, rx.dstOff, rx.dstCap = 0, 0, 0, 0
+	for _, s := range rx.recv.sge[:rx.recv.n] {
+		if s.Length == 0 {
+			continue
+		}
+		_, b, err := localSlice(pd, s, true)
+		if err != nil {
+			return false
+		}
+		rx.dst[rx.ndst] = b
+		rx.ndst++
+		rx.dstCap += uint64(len(b))
+	}
+	return true
+}
+
+// completeRecv completes the taken receive.
+func (rx *receiver) completeRecv(st driver.Status, length uint32, solicited bool) {
+	rx.q.mu.Lock()
+	rx.completeRecvLocked(st, length, solicited, true)
+	rx.q.mu.Unlock()
+	rx.deliver()
+}
+
+// deliver runs the queued handler calls on the receiver goroutine (see
+// eventQueue.deliver).
+func (rx *receiver) deliver() { rx.q.events.deliver(rx.gid) }
+
+// completeRecvLocked queues the receive's completion; with inline the
+// caller delivers it itself after releasing q.mu.
+func (rx *receiver) completeRecvLocked(st driver.Status, length uint32, solicited, inline bool) {
+	c := driver.Completion{Cookie: rx.recv.cookie, Op: driver.OpRecv, Status: st, Signaled: true}
+	if st == driver.StatusSuccess {
+		c.Length, c.Solicited = length, solicited
+	}
+	if inline {
+		rx.q.events.queue(event{c: c})
+	} else {
+		rx.q.events.complete(c)
+	}
+	rx.haveRecv = false
+	rx.recv = recvWR{}
+	clear(rx.dst[:])
+}
+
+// --- RDMA Write ------------------------------------------------------------
+
+func (rx *receiver) write(h *wire.Header, n, l int) error {
+	var mr *MR
+	switch {
+	case rx.tagOn && rx.tagOp != wire.OpWrite:
+		return rx.protoErr(errIntersect)
+	case rx.tagOn:
+		if h.STag != rx.tagSTag {
+			return rx.protoErr(errTInvalidSTag)
+		}
+		if h.TO != rx.tagTO {
+			return rx.protoErr(errTBounds)
+		}
+		mr = rx.tagMR
+	case n == 0 && h.Last && !rx.started && rx.c.info.RTR == RTRWrite:
+		// The peer-to-peer RTR frame (siw: zero-length Write to STag 1).
+		return rx.trailer(l)
+	default:
+		mr = rx.c.q.ia.stags.lookup(h.STag)
+		switch {
+		case mr == nil:
+			return rx.protoErr(errTInvalidSTag)
+		case mr.pd != rx.c.pd:
+			return rx.protoErr(errTNotAssoc)
+		case mr.access&driver.AccessRemoteWrite == 0:
+			return rx.protoErr(errTAccess) // siw: DDP has no access-rights code
+		}
+	}
+	if h.TO > math.MaxUint64-uint64(n) {
+		return rx.protoErr(errTWrap)
+	}
+	dst, ok := mr.slice(h.TO, uint32(n))
+	if !ok {
+		return rx.protoErr(errTBounds)
+	}
+	if err := rx.readInto(dst); err != nil {
+		return rx.readErr(err, false)
+	}
+	if err := rx.trailer(l); err != nil {
+		return err
+	}
+	if h.Last {
+		rx.tagOn, rx.tagMR = false, nil
+	} else {
+		rx.tagOn, rx.tagOp, rx.tagSTag, rx.tagTO, rx.tagMR = true, wire.OpWrite, h.STag, h.TO+uint64(n), mr
+	}
+	return nil
+}
+
+// --- RDMA Read Response (we are the requester) ----------------------------
+
+func (rx *receiver) readResponse(h *wire.Header, n, l int) error {
+	c := rx.c
+	if rx.tagOn && rx.tagOp != wire.OpReadResponse {
+		return rx.protoErr(errIntersect)
+	}
+	if !rx.tagOn {
+		rx.q.mu.Lock()
+		if c.reads.len() == 0 {
+			rx.q.mu.Unlock()
+			return rx.protoErr(errNoRead)
+		}
+		rx.rd, rx.rdDone = *c.reads.front(), 0
+		rx.q.mu.Unlock()
+	}
+	rd := rx.rd
+	// siw_rresp_check_ntoh: the Response must match the oldest Read.
+	switch {
+	case h.STag != rd.sinkSTag:
+		return rx.failRead(driver.StatusBadResponse, errRRSTag)
+	case h.TO != rd.sinkTO+uint64(rx.rdDone):
+		return rx.failRead(driver.StatusBadResponse, errRRTO)
+	case uint64(rx.rdDone)+uint64(n) > uint64(rd.total), h.Last && rx.rdDone+uint32(n) != rd.total:
+		return rx.failRead(driver.StatusBadResponse, errRRLength)
+	}
+	if rx.rdDone == 0 && rd.sinkMR != nil && rd.sinkMR.pd.lookup(rd.sinkSTag) != rd.sinkMR {
+		// The sink was deregistered while the Read was outstanding.
+		return rx.failRead(driver.StatusLocalProtection, errRRSink)
+	}
+	if n > 0 {
+		if err := rx.readInto(rd.seg[0][rx.rdDone : rx.rdDone+uint32(n)]); err != nil {
+			return rx.readErr(err, false)
+		}
+	}
+	if err := rx.trailer(l); err != nil {
+		return err
+	}
+	rx.rdDone += uint32(n)
+	if !h.Last {
+		rx.tagOn, rx.tagOp = true, wire.OpReadResponse
+		return nil
+	}
+	rx.tagOn, rx.rd = false, nil
+	q := rx.q
+	q.mu.Lock()
+	c.reads.pop()
+	rd.state, rd.status = wrDone, driver.StatusSuccess
+	c.completeDoneInline()
+	q.mu.Unlock()
+	c.wake() // an ORD slot is free; a fenced WR may go
+	rx.deliver()
+	return nil
+}
+
+// failRead completes the Read being answered in error and terminates.
+func (rx *receiver) failRead(st driver.Status, err error) error {
+	q := rx.q
+	q.mu.Lock()
+	rx.rd.state, rx.rd.status = wrDone, st
+	q.mu.Unlock()
+	return rx.protoErr(err)
+}
+
+// --- RDMA Read Request (we are the responder) -----------------------------
+
+func (rx *receiver) readRequest(h *wire.Header, l int) error {
+	// The whole FPDU is a header: check the CRC before acting on it.
+	if err := rx.trailer(l); err != nil {
+		return err
+	}
+	switch {
+	case !h.Last:
+		return rx.protoErr(errRReqSegmented)
+	case h.MSN != rx.rreqMSN:
+		return rx.protoErr(errMSN)
+	case h.MO != 0:
+		return rx.protoErr(errMO)
+	}
+	var rr wire.ReadRequest
+	_ = rr.Parse(rx.hdr[wire.UntaggedHeaderLen:rx.hlen])
+	c := rx.c
+	q := rx.q
+	if int(c.irdUsed.Load()) >= c.info.IRD {
+		return rx.protoErr(errIRD)
+	}
+	var src []byte
+	if rr.Size > 0 {
+		mr := c.q.ia.stags.lookup(rr.SourceSTag)
+		switch {
+		case mr == nil:
+			return rx.protoErr(errRInvalidSTag)
+		case mr.pd != c.pd:
+			return rx.protoErr(errRNotAssoc)
+		case mr.access&driver.AccessRemoteRead == 0:
+			return rx.protoErr(errRAccess)
+		case rr.SourceTO > math.MaxUint64-uint64(rr.Size):
+			return rx.protoErr(errRWrap)
+		}
+		var ok bool
+		if src, ok = mr.slice(rr.SourceTO, rr.Size); !ok {
+			return rx.protoErr(errRBounds)
+		}
+	}
+	q.mu.Lock()
+	c.rresp.push(readResp{sinkSTag: rr.SinkSTag, sinkTO: rr.SinkTO, src: src})
+	c.irdUsed.Add(1)
+	q.mu.Unlock()
+	c.wake()
+	rx.rreqMSN++
+	return nil
+}
+
+// --- Terminate ---------------------------------------------------------------
+
+// terminate reads a Terminate from the peer; it always ends the
+// connection, and is never answered with a Terminate.
+func (rx *receiver) terminate(n, l int) error {
+	body := rx.termBuf[:0]
+	body = append(body, rx.hdr[wire.UntaggedHeaderLen:wire.TerminateHeaderLen]...)
+	if n > wire.MaxTerminateAttachLen {
+		return &TerminateError{Remote: true, Malformed: true, Reason: "Terminate with an oversized attachment"}
+	}
+	att := rx.termBuf[len(body) : len(body)+n]
+	if err := rx.readInto(att); err != nil {
+		return &TerminateError{Remote: true, Malformed: true, Reason: "stream ended inside a Terminate"}
+	}
+	body = body[:len(body)+n]
+	var t wire.Terminate
+	perr := t.Parse(body)
+	ctl := decodeTermControl(t.Control)
+	te := &TerminateError{Remote: true, Layer: uint8(ctl.Layer), EType: ctl.EType, ECode: ctl.ECode}
+	tl := wire.TrailerLen(l)
+	if err := rx.fill(tl); err != nil || wire.CheckTrailer(rx.buf[rx.r:rx.r+tl], l, rx.crc, rx.crcOn) != nil {
+		te.Malformed, te.Reason = true, "Terminate with a bad CRC or cut short"
+	} else if perr != nil {
+		te.Malformed, te.Reason = true, "Terminate with a malformed attachment"
+	}
+	return te
+}

@@ -1,0 +1,173 @@
+//go:build linux
+
+package iwarp
+
+import (
+	"io"
+	"net"
+	"syscall"
+	"unsafe"
+
+	"github.com/rdmanet/rdmanet/dat/iwarp/internal/wire"
+)
+
+// autoMULPDU sizes FPDUs like siw (siw_update_tcpseg): an FPDU fills at
+// most one TCP segment of the connection's MSS, rounded down to a multiple
+// of 8, so MULPDU = MSS&^7 - 6 (ULPDU_Length field and CRC). On loopback
+// (MTU 64 KiB) that is 65474, on Ethernet 1442. If the MSS cannot be
+// read, Ethernet's 1448 is assumed.
+func autoMULPDU(tc *net.TCPConn) int {
+	mss := 1448
+	if rc, err := tc.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) {
+			if v, err := syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_MAXSEG); err == nil && v > 0 {
+				mss = v
+			}
+		})
+	}
+	return min(max(mss&^7-wire.ULPDULengthLen-wire.CRCLen, MinMULPDU), wire.MaxULPDULength)
+}
+
+// rawWriter does single non-blocking writev attempts on the socket, for
+// the inline path of PostSend (which must never wait for the peer).
+type rawWriter struct {
+	rc    syscall.RawConn
+	fn    func(fd uintptr) bool // s.rawWritev, bound once so calls do not allocate
+	iov   []syscall.Iovec
+	n     int
+	errno syscall.Errno
+}
+
+// maxIOV is the kernel's IOV_MAX.
+const maxIOV = 1024
+
+// writeNow writes as much of s.wbuf as the socket takes without waiting.
+func (s *sender) writeNow() (ok bool, err error) {
+	w := &s.raw
+	if w.rc == nil {
+		if w.rc, err = s.c.tc.SyscallConn(); err != nil {
+			return false, err
+		}
+		w.fn = w.writev
+	}
+	for len(s.wbuf) > 0 {
+		w.iov = w.iov[:0]
+		total := 0
+		for _, b := range s.wbuf {
+			if len(b) == 0 {
+				continue
+			}
+			var v syscall.Iovec
+			v.Base = &b[0]
+			v.SetLen(len(b))
+			w.iov = append(w.iov, v)
+			total += len(b)
+			if len(w.iov) == maxIOV {
+				break
+			}
+		}
+		if len(w.iov) == 0 {
+			s.wbuf = s.wbuf[:0]
+			break
+		}
+		w.n, w.errno = 0, 0
+		for _, b := range s.wbuf[:min(len(s.wbuf), maxIOV)] {
+			raceRead(b)
+		}
+		err = w.rc.Write(w.fn)
+		clear(w.iov)
+		if err != nil {
+			return false, err
+		}
+		switch w.errno {
+		case 0:
+		case syscall.EAGAIN, syscall.EINTR:
+			return false, nil
+		default:
+			return false, w.errno
+		}
+		consume(&s.wbuf, w.n)
+		if w.n < total {
+			return false, nil // the socket buffer is full
+		}
+	}
+	return true, nil
+}
+
+func (w *rawWriter) writev(fd uintptr) bool {
+	r, _, e := syscall.Syscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(len(w.iov)))
+	w.n, w.errno = int(r), e
+	if e != 0 {
+		w.n = 0
+	}
+	return true // one attempt: never wait for the socket
+}
+
+// rawReader does readv on the socket for the receiver, so payload lands in
+// its destination and the bytes after it (trailer, next header) in the
+// read-ahead buffer with one system call.
+type rawReader struct {
+	rc    syscall.RawConn
+	fn    func(fd uintptr) bool
+	iov   [2]syscall.Iovec
+	niov  int
+	n     int
+	errno syscall.Errno
+}
+
+// readDirect reads at least one byte into p (straight from the socket),
+// and whatever else is available up to the read-ahead buffer's free space
+// into rx.buf[rx.w:]. The read-ahead must be empty. It returns the bytes
+// placed in p.
+func (rx *receiver) readDirect(p []byte) (int, error) {
+	if rx.r != rx.w { // not expected: readInto drains the read-ahead first
+		n := copy(p, rx.buf[rx.r:rx.w])
+		rx.r += n
+		return n, nil
+	}
+	w := &rx.raw
+	if w.rc == nil {
+		rc, err := rx.tc.SyscallConn()
+		if err != nil {
+			return rx.tc.Read(p)
+		}
+		w.rc, w.fn = rc, w.readv
+	}
+	rx.r, rx.w = 0, 0
+	w.iov[0].Base = &p[0]
+	w.iov[0].SetLen(len(p))
+	w.iov[1].Base = &rx.buf[0]
+	w.iov[1].SetLen(len(rx.buf))
+	w.niov = 2
+	w.n, w.errno = 0, 0
+	err := w.rc.Read(w.fn)
+	w.iov = [2]syscall.Iovec{}
+	switch {
+	case err != nil:
+		return 0, err
+	case w.errno != 0:
+		return 0, w.errno
+	case w.n == 0:
+		return 0, io.EOF
+	}
+	if w.n <= len(p) {
+		raceWrite(p[:w.n])
+		return w.n, nil
+	}
+	raceWrite(p)
+	rx.w = w.n - len(p)
+	raceWrite(rx.buf[:rx.w])
+	return len(p), nil
+}
+
+func (w *rawReader) readv(fd uintptr) bool {
+	r, _, e := syscall.Syscall(syscall.SYS_READV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(w.niov))
+	if e == syscall.EAGAIN || e == syscall.EINTR {
+		return false // wait until readable
+	}
+	w.n, w.errno = int(r), e
+	if e != 0 {
+		w.n = 0
+	}
+	return true
+}

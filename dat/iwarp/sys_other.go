@@ -1,0 +1,20 @@
+//go:build !linux
+
+package iwarp
+
+import "net"
+
+// autoMULPDU assumes an Ethernet MSS (1448) where the connection's MSS
+// cannot be queried portably.
+func autoMULPDU(*net.TCPConn) int { return 1448&^7 - 6 }
+
+type rawWriter struct{}
+
+// writeNow cannot write without blocking here: everything is left to the
+// sender goroutine.
+func (s *sender) writeNow() (ok bool, err error) { return false, nil }
+
+type rawReader struct{}
+
+// readDirect reads into p.
+func (rx *receiver) readDirect(p []byte) (int, error) { return rx.tc.Read(p) }
