@@ -1,0 +1,135 @@
+// Command rping is rdma-core's rping (librdmacm/examples/rping.c) over
+// rdmanet's DAT layer: the same options, output, exit status and wire
+// protocol, so that it can replace the C tool and talk to it. A client
+// sends the server a buffer advertisement, the server RDMA Reads the ping
+// data, the client advertises a second buffer, the server RDMA Writes the
+// data back, and -V checks it. See usage.go for the command line and
+// /work/shared/spec/rping-protocol.md for the protocol.
+//
+// By default it runs over the pure-Go iWARP provider, on plain TCP, and
+// interoperates with the Linux kernel's siw; --provider picks another DAT
+// IA (for example "verbs" in a binary built with -tags verbs).
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+)
+
+func main() {
+	a := newApp(os.Stdout, os.Stderr, true)
+	code := a.run(os.Args[1:], os.Getenv, systemResolver)
+	a.out.Flush()
+	os.Exit(code & 0xff)
+}
+
+// app is one run of rping.
+type app struct {
+	cfg  config
+	out  *stdio        // C's stdout
+	errw *lockedWriter // C's unbuffered stderr
+	// hard: exit ends the process (the binary). Otherwise (tests) exit
+	// records the code and closes dead, and every wait gives up.
+	hard     bool
+	exitOnce sync.Once
+	exitCode int
+	dead     chan struct{}
+	st       *stats
+}
+
+func newApp(stdout, stderr io.Writer, hard bool) *app {
+	return &app{
+		out:  newStdio(stdout),
+		errw: &lockedWriter{w: stderr},
+		hard: hard,
+		dead: make(chan struct{}),
+		st:   &stats{},
+	}
+}
+
+// printf writes to stdout, as rping's printf does.
+func (a *app) printf(format string, args ...any) { fmt.Fprintf(a.out, format, args...) }
+
+// eprintf writes to stderr.
+func (a *app) eprintf(format string, args ...any) { fmt.Fprintf(a.errw, format, args...) }
+
+// debugf is rping's DEBUG_LOG: stdout, only with -d.
+func (a *app) debugf(format string, args ...any) {
+	if a.cfg.debug > 0 {
+		a.printf(format, args...)
+	}
+}
+
+// exit is C's exit() called from another thread than main (rping's CM
+// thread does exit(-1) on a connection error): stdout is flushed and the
+// process ends at once.
+func (a *app) exit(code int) {
+	if a.hard {
+		a.out.Flush()
+		os.Exit(code & 0xff)
+	}
+	a.exitOnce.Do(func() {
+		a.exitCode = code
+		close(a.dead)
+	})
+}
+
+// exited reports whether exit was called (in-process runs only).
+func (a *app) exited() (int, bool) {
+	select {
+	case <-a.dead:
+		return a.exitCode, true
+	default:
+		return 0, false
+	}
+}
+
+// run is rping's main: it returns what main would return.
+func (a *app) run(args []string, getenv func(string) string, lookup resolver) int {
+	cfg, ret, done := parseArgs(args, getenv, lookup, a.out, a.errw)
+	a.cfg = cfg
+	if done {
+		return ret
+	}
+	if a.hard && !cfg.persistent && (cfg.latency || cfg.bandwidth) && cfg.server == 0 {
+		// Only with the extensions: print the summary when interrupted,
+		// like ping(8). Without them a signal kills rping as it kills the
+		// C tool.
+		a.summaryOnSignal()
+	}
+	if cfg.server == 1 {
+		ret = a.runServer()
+	} else {
+		ret = a.runClient()
+	}
+	if code, ok := a.exited(); ok {
+		return code
+	}
+	return ret
+}
+
+// summaryOnSignal prints the --latency/--bandwidth summary on SIGINT or
+// SIGTERM and exits with 128+signal.
+func (a *app) summaryOnSignal() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		sig := <-ch
+		a.printSummary()
+		a.exit(128 + int(sig.(syscall.Signal)))
+	}()
+}
+
+// printSummary prints the opt-in statistics.
+func (a *app) printSummary() {
+	if a.cfg.latency {
+		a.st.writeLatency(a.out)
+	}
+	if a.cfg.bandwidth {
+		a.st.writeBandwidth(a.out)
+	}
+}
