@@ -1,0 +1,197 @@
+package rdmanet
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// The benchmarks compare an rdmanet Conn with a TCP net.Conn on loopback in
+// the same run:
+//
+//	go test -run '^$' -bench . -benchmem ./rdmanet/
+//
+// tcp is the kernel's loopback TCP, iwarp rdmanet over the pure-Go iWARP
+// provider (which itself runs over loopback TCP), mem rdmanet over the
+// in-process provider (rdmanet's own cost without a wire).
+// RDMANET_BENCH_BUF sets the ring size for the iwarp/mem runs.
+
+func benchBuf() int {
+	n, _ := strconv.Atoi(os.Getenv("RDMANET_BENCH_BUF"))
+	return n
+}
+
+// benchPipe returns a connected pair of the given kind.
+func benchPipe(b *testing.B, kind string) (c1, c2 net.Conn, stop func()) {
+	if kind != "tcp" {
+		x, y, stop := pipe(b, kind, benchBuf())
+		return x, y, stop
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ch := make(chan net.Conn, 1)
+	go func() { c, _ := l.Accept(); ch <- c }()
+	c1, err = net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	c2 = <-ch
+	return c1, c2, func() { c1.Close(); c2.Close() }
+}
+
+var benchKinds = []string{"tcp", "iwarp"}
+
+func kindName(k string) string { return k }
+
+// BenchmarkThroughput streams b.N writes of each size one way; the reader
+// uses plain Read with a 256 KiB buffer on both transports.
+func BenchmarkThroughput(b *testing.B) {
+	for _, size := range []int{4 << 10, 64 << 10, 1 << 20} {
+		for _, kind := range benchKinds {
+			b.Run(fmt.Sprintf("%s/%dK", kindName(kind), size>>10), func(b *testing.B) {
+				c1, c2, stop := benchPipe(b, kind)
+				defer stop()
+				buf := make([]byte, size)
+				done := make(chan error, 1)
+				total := int64(size) * int64(b.N)
+				go func() {
+					rb := make([]byte, 256<<10)
+					var n int64
+					for n < total {
+						k, err := c2.Read(rb)
+						n += int64(k)
+						if err != nil {
+							done <- err
+							return
+						}
+					}
+					done <- nil
+				}()
+				b.SetBytes(int64(size))
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					if _, err := c1.Write(buf); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := <-done; err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkPingPong measures one round trip of a 64-byte message.
+func BenchmarkPingPong(b *testing.B) {
+	for _, kind := range benchKinds {
+		b.Run(kindName(kind), func(b *testing.B) {
+			c1, c2, stop := benchPipe(b, kind)
+			defer stop()
+			go func() {
+				buf := make([]byte, 64)
+				for {
+					if _, err := io.ReadFull(c2, buf); err != nil {
+						return
+					}
+					if _, err := c2.Write(buf); err != nil {
+						return
+					}
+				}
+			}()
+			buf := make([]byte, 64)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := c1.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(c1, buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDial and BenchmarkDialDup measure connection set-up (dial and
+// accept, both sides ready) without and with dup_connect reuse. One extra
+// connection stays open in both, so the IA is opened once either way and
+// only dup_connect differs.
+func BenchmarkDial(b *testing.B)    { benchDial(b, false) }
+func BenchmarkDialDup(b *testing.B) { benchDial(b, true) }
+
+func benchDial(b *testing.B, dup bool) {
+	for _, kind := range []string{"iwarp"} {
+		b.Run(kindName(kind), func(b *testing.B) {
+			l, err := (&ListenConfig{IA: kind}).Listen(context.Background(), "rdma", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					go func() { io.Copy(io.Discard, c); c.Close() }()
+				}
+			}()
+			d := &Dialer{IA: kind, NoDup: !dup, Timeout: 10 * time.Second}
+			keep, err := d.Dial("rdma", l.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer keep.Close()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				c, err := d.Dial("rdma", l.Addr().String())
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				c.Close()
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+// BenchmarkConnMemory reports what one connection holds: the mapped,
+// registered memory (ring, staging buffer, control slots) and the Go heap
+// of the Conn and its DAT objects, per side.
+func BenchmarkConnMemory(b *testing.B) {
+	const pairs = 50
+	var ms0, ms1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms0)
+	var stops []func()
+	var mapped int
+	for i := 0; i < pairs; i++ {
+		c1, _, stop := pipe(b, "iwarp", benchBuf())
+		stops = append(stops, stop)
+		mapped = len(c1.ring.buf) + len(c1.stage.buf) + len(c1.ctrl.buf)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&ms1)
+	for _, s := range stops {
+		s()
+	}
+	for i := 0; i < b.N; i++ {
+	}
+	b.ReportMetric(float64(mapped), "mapped-B/conn")
+	b.ReportMetric(float64(int64(ms1.HeapAlloc)-int64(ms0.HeapAlloc))/(2*pairs), "heap-B/conn")
+	b.ReportMetric(float64(ms1.NumGC-ms0.NumGC), "gcs")
+}

@@ -1,0 +1,434 @@
+package rdmanet
+
+import (
+	"context"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/rdmanet/rdmanet/dat"
+	"github.com/rdmanet/rdmanet/internal/ring"
+	"github.com/rdmanet/rdmanet/rdmanet/internal/handshake"
+)
+
+// Conn is an rdmanet connection: a net.Conn over one DAT endpoint. It is
+// safe for concurrent use; concurrent Reads (and concurrent Writes) are
+// serialised, as with TCP.
+//
+// Each side owns a receive ring that the peer fills with RDMA Writes, and a
+// staging buffer Writes copy into; small control Sends carry positions,
+// credit and FIN. See the package documentation for the protocol.
+type Conn struct {
+	ia    *sharedIA
+	cfg   connConfig
+	ep    *dat.EP
+	evd   *dat.EVD
+	ring  *region // our receive ring: the peer RDMA-writes here
+	stage *region // our staging buffer: the source of our RDMA Writes
+	ctrl  *region // control receive and send slots
+
+	myRing, stageRing, peerRing ring.Ring
+	peer                        handshake.Hello
+	laddr, raddr                *Addr
+
+	recvIOV []dat.LMRTriplet // one triplet per control receive slot
+	ctrlIOV [1]dat.LMRTriplet
+	wrIOV   [2]dat.LMRTriplet // guarded by postMu
+
+	// dialer is set on dialed connections (Dup, and the Dialer's
+	// template table); listener on accepted ones until Accept returns.
+	dialer   *Dialer
+	dialKey  string
+	listener *Listener
+
+	readMu  sync.Mutex // serialises Reads
+	writeMu sync.Mutex // serialises Writes
+	// postMu orders send-side posts, so that sequence numbers (cookies)
+	// are in post order and a control message only reports Writes
+	// posted before it. Taken after readMu/writeMu, before mu.
+	postMu sync.Mutex
+	mu     sync.Mutex
+
+	rwake, wwake, cwake chan struct{} // cap 1: wake a Read, a Write, Close
+	done                chan struct{} // closed by Close
+	rdl, wdl            deadline
+
+	stopDispatch context.CancelFunc
+	dispatchDone chan struct{}
+	setup        chan error // handshake outcome, cap 1
+
+	// Guarded by mu.
+	state connState
+	// Receive direction: the peer's producer position in our ring, our
+	// consumer position, and the consumer position we last reported.
+	rProd, rCons, rReported uint64
+	rFIN                    bool // the peer will write no more
+	// Send direction: our producer position in the peer's ring, the
+	// peer's reported consumer position, what we last announced.
+	sProd, sPeerCons, sProdSent uint64
+	// Staging positions; stCons advances as Writes complete.
+	stProd, stCons uint64
+	// Send-side work requests: posted and completed counts. Cookie =
+	// sequence number; stageEnd[seq mod S] is stProd when it was posted.
+	posted, completed uint64
+	// signaled is posted as of the last request that asks for a
+	// completion (see signalDueLocked).
+	signaled        uint64
+	stageEnd        []uint64
+	cc              credits
+	ctrlOut, ctrlIn uint32
+	firstDue        bool // dialer: send a first message (the iWARP initiator speaks first)
+	finWanted       bool
+	finSent         bool
+	readShut        bool
+	writeShut       bool
+	closed          bool
+	closing         bool  // Close is tearing down: flushes are expected
+	peerGone        bool  // DISCONNECTED or BROKEN seen
+	err             error // the transport is gone: why
+	refs            int   // the Conn itself plus Reads/Writes inside it
+}
+
+type connState uint8
+
+const (
+	stateHandshake connState = iota
+	stateEstablished
+	stateFailed
+)
+
+// Timeouts of teardown: how long Close lets queued data and the FIN
+// drain, and how long it waits for the disconnect to finish.
+const (
+	lingerTimeout     = 5 * time.Second
+	disconnectTimeout = 3 * time.Second
+)
+
+// newConn creates the DAT objects of one connection and posts its control
+// receives, which must be in place before the connection exists: the
+// peer may send the moment it is established. It takes a reference on s.
+func newConn(s *sharedIA, cfg connConfig) (c *Conn, err error) {
+	s.hold()
+	c = &Conn{
+		ia: s, cfg: cfg,
+		rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1), cwake: make(chan struct{}, 1),
+		done: make(chan struct{}), setup: make(chan error, 1), dispatchDone: make(chan struct{}),
+		stageEnd: make([]uint64, cfg.sendDepth), refs: 1,
+	}
+	c.rdl.init()
+	c.wdl.init()
+	c.cc.k = cfg.recvs
+	defer func() {
+		if err != nil {
+			c.destroy()
+			c.releaseMemory()
+			c = nil
+		}
+	}()
+	if c.evd, err = s.ia.CreateEVD(cfg.recvs+cfg.sendDepth+16, dat.EVDDefault); err != nil {
+		return nil, err
+	}
+	attr := dat.EPAttr{
+		ServiceType: dat.ServiceTypeRC, MaxMessageSize: ctrlSlot, MaxRDMASize: uint32(cfg.bufSize),
+		QoS: dat.QoSBestEffort, RecvCompletionFlags: dat.CompletionEVDThreshold, RequestCompletionFlags: dat.CompletionEVDThreshold,
+		MaxRecvDTOs: cfg.recvs, MaxRequestDTOs: cfg.sendDepth, MaxRecvIOV: 1, MaxRequestIOV: 2, MaxRDMAWriteIOV: 2,
+	}
+	if c.ep, err = s.ia.CreateEP(s.pz, c.evd, c.evd, c.evd, &attr); err != nil {
+		return nil, err
+	}
+	if c.ring, err = newRegion(s, cfg.bufSize, dat.MemPrivLocalWrite|dat.MemPrivRemoteWrite); err != nil {
+		return nil, err
+	}
+	if c.stage, err = newRegion(s, cfg.bufSize, dat.MemPrivLocalRead); err != nil {
+		return nil, err
+	}
+	if c.ctrl, err = newRegion(s, (cfg.recvs+cfg.sendDepth)*ctrlSlot, dat.MemPrivLocalRead|dat.MemPrivLocalWrite); err != nil {
+		return nil, err
+	}
+	c.myRing = ring.Ring{Size: uint64(len(c.ring.buf))}
+	c.stageRing = ring.Ring{Size: uint64(len(c.stage.buf))}
+	c.recvIOV = make([]dat.LMRTriplet, cfg.recvs)
+	for i := range c.recvIOV {
+		c.recvIOV[i] = c.ctrl.triplet(uint64(i*ctrlSlot), ctrlSlot)
+		if err = c.postRecv(i); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// hello is this side's half of the handshake.
+func (c *Conn) hello() []byte {
+	return handshake.AppendHello(make([]byte, 0, handshake.HelloLen), handshake.Hello{
+		Version: handshake.Version, Credits: uint16(c.cfg.recvs),
+		RingAddr: c.ring.addr, RingKey: c.ring.rkey, RingSize: uint32(len(c.ring.buf)),
+	})
+}
+
+// setPeer records the peer's Hello. Callers hold c.mu or own c.
+func (c *Conn) setPeer(h handshake.Hello) {
+	c.peer = h
+	c.peerRing = ring.Ring{Size: uint64(h.RingSize)}
+	c.cc.avail = int(h.Credits)
+}
+
+// established records the addresses of a connection that just came up.
+func (c *Conn) established() {
+	if p, err := c.ep.Query(); err == nil {
+		c.laddr = &Addr{IP: p.LocalAddr, Port: uint16(p.LocalPortQual)}
+		c.raddr = &Addr{IP: p.RemoteAddr, Port: uint16(p.RemotePortQual)}
+	}
+	c.mu.Lock()
+	c.state = stateEstablished
+	c.mu.Unlock()
+}
+
+// LocalAddr returns the local address.
+func (c *Conn) LocalAddr() net.Addr {
+	if c.laddr == nil {
+		return nil
+	}
+	return c.laddr
+}
+
+// RemoteAddr returns the peer's address.
+func (c *Conn) RemoteAddr() net.Addr {
+	if c.raddr == nil {
+		return nil
+	}
+	return c.raddr
+}
+
+// SetDeadline sets the read and write deadlines (see net.Conn).
+func (c *Conn) SetDeadline(t time.Time) error {
+	if err := c.live("set deadline"); err != nil {
+		return err
+	}
+	c.rdl.set(t)
+	c.wdl.set(t)
+	return nil
+}
+
+// SetReadDeadline sets the deadline for Read (and WriteTo).
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	if err := c.live("set read deadline"); err != nil {
+		return err
+	}
+	c.rdl.set(t)
+	return nil
+}
+
+// SetWriteDeadline sets the deadline for Write (and ReadFrom).
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	if err := c.live("set write deadline"); err != nil {
+		return err
+	}
+	c.wdl.set(t)
+	return nil
+}
+
+func (c *Conn) live(op string) error {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return opError(op, c.laddr, c.raddr, net.ErrClosed)
+	}
+	return nil
+}
+
+// CloseRead shuts the read side down: Reads return io.EOF, and data the
+// peer still sends is discarded (its credit returned) so that the peer's
+// Writes do not block.
+func (c *Conn) CloseRead() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return opError("close", c.laddr, c.raddr, net.ErrClosed)
+	}
+	c.readShut = true
+	c.rCons = c.rProd
+	c.mu.Unlock()
+	wake(c.rwake)
+	c.flushControl()
+	return nil
+}
+
+// CloseWrite shuts the write side down: once the data written so far is
+// delivered, the peer reads io.EOF. Reading goes on.
+func (c *Conn) CloseWrite() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return opError("close", c.laddr, c.raddr, net.ErrClosed)
+	}
+	c.writeShut = true // a Write waiting for space gives up
+	c.mu.Unlock()
+	wake(c.wwake)
+	// The FIN must follow the last data: wait for a Write in progress.
+	c.writeMu.Lock()
+	c.mu.Lock()
+	c.finWanted = true
+	c.mu.Unlock()
+	c.writeMu.Unlock()
+	c.flushControl()
+	return nil
+}
+
+// Close closes the connection. Pending Reads and Writes return
+// net.ErrClosed. Data already written is delivered and the peer reads
+// io.EOF after it (a FIN follows the data, then DAT's graceful
+// disconnect), unless the transport is already gone.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return opError("close", c.laddr, c.raddr, net.ErrClosed)
+	}
+	c.closed = true
+	c.finWanted = true
+	close(c.done)
+	c.mu.Unlock()
+	c.flushControl()
+	c.teardown()
+	return nil
+}
+
+// teardown ends a connection: it lets queued sends and the FIN drain
+// (bounded by lingerTimeout), disconnects gracefully if they did and
+// abruptly if not, stops the dispatcher and frees the DAT objects. The
+// memory goes when the last Read or Write inside the Conn has left.
+func (c *Conn) teardown() {
+	limit := time.NewTimer(lingerTimeout)
+	defer limit.Stop()
+	drained := false
+	for {
+		c.mu.Lock()
+		gone := c.err != nil || c.peerGone || c.state != stateEstablished
+		drained = !gone && (!c.finWanted || c.finSent) && c.posted == c.completed
+		c.closing = true
+		c.mu.Unlock()
+		if gone || drained {
+			break
+		}
+		select {
+		case <-c.cwake:
+			continue
+		case <-limit.C:
+		}
+		break
+	}
+	if st, err := c.ep.GetStatus(); err == nil && st.State != dat.EPDisconnected && st.State != dat.EPUnconnected {
+		flags := dat.CloseAbrupt
+		if drained {
+			flags = dat.CloseGraceful
+		}
+		if c.ep.Disconnect(flags) == nil {
+			c.awaitDisconnected()
+		}
+	}
+	c.stopDispatch()
+	<-c.dispatchDone
+	c.destroy()
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = net.ErrClosed
+	}
+	c.mu.Unlock()
+	c.rdl.stop()
+	c.wdl.stop()
+	if d := c.dialer; d != nil {
+		d.forget(c)
+	}
+	c.leave()
+}
+
+// awaitDisconnected waits, bounded, for the EP to reach DISCONNECTED; the
+// dispatcher wakes cwake on every connection event.
+func (c *Conn) awaitDisconnected() {
+	t := time.NewTimer(disconnectTimeout)
+	defer t.Stop()
+	for {
+		st, err := c.ep.GetStatus()
+		if err != nil || st.State == dat.EPDisconnected {
+			return
+		}
+		select {
+		case <-c.cwake:
+		case <-t.C:
+			c.ep.Disconnect(dat.CloseAbrupt)
+			return
+		}
+	}
+}
+
+// destroy frees the EP and the EVD (the dispatcher has stopped, or never
+// ran). Freeing the EP closes the provider's QP, after which nothing
+// writes into our memory any more.
+func (c *Conn) destroy() {
+	if c.ep != nil {
+		c.ep.Free()
+	}
+	if c.evd != nil {
+		c.evd.Free()
+	}
+}
+
+// enter admits a Read or Write: the memory stays mapped until it leaves.
+func (c *Conn) enter() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return net.ErrClosed
+	}
+	c.refs++
+	return nil
+}
+
+// leave drops a reference; the last frees the memory and the IA.
+func (c *Conn) leave() {
+	c.mu.Lock()
+	c.refs--
+	last := c.refs == 0
+	c.mu.Unlock()
+	if last {
+		c.releaseMemory()
+	}
+}
+
+func (c *Conn) releaseMemory() {
+	c.ring.free()
+	c.stage.free()
+	c.ctrl.free()
+	c.ia.release()
+}
+
+// fail records that the transport failed and aborts the connection; every
+// blocked call wakes and reports err.
+func (c *Conn) fail(err error) {
+	c.mu.Lock()
+	first := c.err == nil && !c.closing
+	if c.err == nil {
+		c.err = err
+	}
+	c.mu.Unlock()
+	if first {
+		c.ep.Disconnect(dat.CloseAbrupt)
+	}
+	c.wakeAll()
+}
+
+func (c *Conn) wakeAll() {
+	wake(c.rwake)
+	wake(c.wwake)
+	wake(c.cwake)
+}
+
+// wake signals a cap-1 channel without blocking: a pending token already
+// means "look again".
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,113 @@
+package rdmanet
+
+import (
+	"io"
+	"net"
+	"os"
+)
+
+// Read reads from the receive ring into p. It blocks until data, the
+// peer's FIN (io.EOF), an error, the read deadline or Close.
+func (c *Conn) Read(p []byte) (int, error) {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	if err := c.enter(); err != nil {
+		return 0, opError("read", c.laddr, c.raddr, err)
+	}
+	defer c.leave()
+	if len(p) == 0 {
+		return 0, nil // as with TCP: an empty Read does not wait
+	}
+	avail, err := c.awaitData()
+	if err != nil {
+		if err == io.EOF {
+			return 0, err
+		}
+		return 0, opError("read", c.laddr, c.raddr, err)
+	}
+	// [rCons, rCons+avail) is ours until we report consumption, so the
+	// copy needs no lock.
+	a, b := c.myRing.Segments(c.rCons, min(avail, uint64(len(p))))
+	n := copy(p, c.ring.buf[a.Off:a.End()])
+	n += copy(p[n:], c.ring.buf[b.Off:b.End()])
+	c.consumed(uint64(n))
+	return n, nil
+}
+
+// awaitData waits until the ring holds data and returns how much, or
+// returns the error a Read reports now. Callers hold readMu, which makes
+// rCons theirs to read.
+func (c *Conn) awaitData() (uint64, error) {
+	for {
+		// An expired deadline fails the Read even if data is waiting, as
+		// with package net.
+		if c.rdl.passed() {
+			return 0, os.ErrDeadlineExceeded
+		}
+		c.mu.Lock()
+		avail := c.rProd - c.rCons
+		switch {
+		case c.closed:
+			c.mu.Unlock()
+			return 0, net.ErrClosed
+		case c.readShut:
+			c.mu.Unlock()
+			return 0, io.EOF
+		case avail > 0:
+			c.mu.Unlock()
+			return avail, nil
+		case c.rFIN:
+			c.mu.Unlock()
+			return 0, io.EOF
+		case c.err != nil:
+			err := c.err
+			c.mu.Unlock()
+			return 0, err
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.rwake:
+		case <-c.rdl.done():
+		case <-c.done:
+		}
+	}
+}
+
+// consumed advances the consumer position and returns credit if due.
+func (c *Conn) consumed(n uint64) {
+	c.mu.Lock()
+	c.rCons += n
+	due := c.myRing.ReturnDue(c.rProd, c.rCons, c.rReported, c.cfg.batch, c.cfg.urgent)
+	c.mu.Unlock()
+	if due {
+		c.flushControl()
+	}
+}
+
+// WriteTo writes the received stream to w until io.EOF, straight from the
+// receive ring: no intermediate buffer (io.WriterTo, used by io.Copy).
+func (c *Conn) WriteTo(w io.Writer) (int64, error) {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	if err := c.enter(); err != nil {
+		return 0, opError("read", c.laddr, c.raddr, err)
+	}
+	defer c.leave()
+	var total int64
+	for {
+		avail, err := c.awaitData()
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, opError("read", c.laddr, c.raddr, err)
+		}
+		a, _ := c.myRing.Segments(c.rCons, avail)
+		n, werr := w.Write(c.ring.buf[a.Off:a.End()])
+		total += int64(n)
+		c.consumed(uint64(n))
+		if werr != nil {
+			return total, werr
+		}
+	}
+}

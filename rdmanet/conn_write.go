@@ -1,0 +1,205 @@
+package rdmanet
+
+import (
+	"io"
+	"net"
+	"os"
+
+	"github.com/rdmanet/rdmanet/dat"
+)
+
+// Write copies b into the staging buffer and RDMA-writes it into the
+// peer's ring, announcing it with a control message. It returns once all
+// of b is posted (the staging copy is what makes b reusable at once), or
+// with an error: the write deadline, Close, CloseWrite, or a dead peer.
+// It blocks while the peer's ring or our staging buffer is full.
+func (c *Conn) Write(b []byte) (int, error) {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	if err := c.enter(); err != nil {
+		return 0, opError("write", c.laddr, c.raddr, err)
+	}
+	defer c.leave()
+	if len(b) > 0 && len(b) <= ctrlMaxInline {
+		// Small writes go inside a control message when they can go at
+		// once; otherwise (no credit, a full ring) the RDMA path below
+		// waits for room as usual.
+		if _, err := c.reserve(0); err != nil {
+			return 0, opError("write", c.laddr, c.raddr, err)
+		}
+		if c.writeInline(b) {
+			return len(b), nil
+		}
+	}
+	n := 0
+	for n < len(b) {
+		k, err := c.reserve(uint64(len(b) - n))
+		if err != nil {
+			return n, opError("write", c.laddr, c.raddr, err)
+		}
+		a, s := c.stageRing.Segments(c.stProd, k)
+		m := copy(c.stage.buf[a.Off:a.End()], b[n:])
+		copy(c.stage.buf[s.Off:s.End()], b[n+m:])
+		if !c.postData(k) {
+			return n, opError("write", c.laddr, c.raddr, net.ErrClosed)
+		}
+		n += int(k)
+	}
+	if len(b) == 0 {
+		// A zero-length Write still reports the connection's state.
+		if _, err := c.reserve(0); err != nil {
+			return 0, opError("write", c.laddr, c.raddr, err)
+		}
+	}
+	return n, nil
+}
+
+// reserve waits until up to want bytes (at least one) can be written and
+// returns how many: bounded by the peer's free ring space, our free
+// staging space and chunk. Callers hold writeMu, which makes stProd and
+// sProd theirs.
+func (c *Conn) reserve(want uint64) (uint64, error) {
+	for {
+		if c.wdl.passed() {
+			return 0, os.ErrDeadlineExceeded
+		}
+		c.mu.Lock()
+		switch {
+		case c.closed:
+			c.mu.Unlock()
+			return 0, net.ErrClosed
+		case c.writeShut:
+			c.mu.Unlock()
+			return 0, errWriteShut
+		case c.err != nil:
+			err := c.err
+			c.mu.Unlock()
+			return 0, err
+		case c.peerGone:
+			c.mu.Unlock()
+			return 0, errPeerClosed
+		}
+		if want == 0 {
+			c.mu.Unlock()
+			return 0, nil
+		}
+		space := min(c.peerRing.Free(c.sProd, c.sPeerCons), c.stageRing.Free(c.stProd, c.stCons), want, chunk(c.peerRing))
+		// Up to two RDMA Writes per reservation, and a send-queue entry
+		// left for the control message that follows them.
+		if c.posted-c.completed+3 > uint64(c.cfg.sendDepth) {
+			space = 0
+		}
+		c.mu.Unlock()
+		if space > 0 {
+			return space, nil
+		}
+		select {
+		case <-c.wwake:
+		case <-c.wdl.done():
+		case <-c.done:
+		}
+	}
+}
+
+// postData RDMA-writes the k staged bytes at stProd to the peer's ring at
+// sProd, then announces them. Each Write targets one contiguous piece of
+// the peer's ring (split in two at its wrap) and gathers from at most two
+// pieces of the staging ring. The Writes are posted with SUPPRESS: the
+// control Send after them completes only after they did (completions come
+// in post order), which releases their staging space. It reports false,
+// posting nothing, when Close came in between reserve and now: its FIN
+// may already be out, and no data may follow a FIN.
+func (c *Conn) postData(k uint64) bool {
+	c.postMu.Lock()
+	defer c.postMu.Unlock()
+	c.mu.Lock()
+	if c.finWanted {
+		c.mu.Unlock()
+		return false
+	}
+	rpos, lpos := c.sProd, c.stProd
+	c.sProd += k
+	c.stProd += k
+	seq := c.posted
+	r1, r2 := c.peerRing.Segments(rpos, k)
+	nwr := uint64(1)
+	if r2.Len > 0 {
+		nwr = 2
+	}
+	c.posted += nwr
+	c.stageEnd[seq%uint64(c.cfg.sendDepth)] = lpos + r1.Len
+	if nwr == 2 {
+		c.stageEnd[(seq+1)%uint64(c.cfg.sendDepth)] = lpos + k
+	}
+	c.mu.Unlock()
+	for _, r := range [2]struct{ off, n uint64 }{{r1.Off, r1.Len}, {r2.Off, r2.Len}} {
+		if r.n == 0 {
+			break
+		}
+		a, b := c.stageRing.Segments(lpos, r.n)
+		iov := c.wrIOV[:1]
+		c.wrIOV[0] = c.stage.triplet(a.Off, a.Len)
+		if b.Len > 0 {
+			c.wrIOV[1] = c.stage.triplet(b.Off, b.Len)
+			iov = c.wrIOV[:2]
+		}
+		rmr := dat.RMRTriplet{Addr: c.peer.RingAddr + r.off, Length: uint32(r.n), Context: c.peer.RingKey}
+		if err := c.ep.PostRDMAWrite(iov, seq, rmr, dat.CompletionSuppress); err != nil {
+			c.fail(err)
+			return true // the next reserve reports the failure
+		}
+		seq++
+		lpos += r.n
+	}
+	c.flushControlPosting()
+	return true
+}
+
+// ReadFrom reads r into the staging buffer directly and sends it, until
+// io.EOF (io.ReaderFrom, used by io.Copy): no intermediate buffer.
+func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	if err := c.enter(); err != nil {
+		return 0, opError("write", c.laddr, c.raddr, err)
+	}
+	defer c.leave()
+	var total int64
+	for {
+		k, err := c.reserve(1 << 62)
+		if err != nil {
+			return total, opError("write", c.laddr, c.raddr, err)
+		}
+		// Read into the contiguous part only: one Read call per round.
+		a, _ := c.stageRing.Segments(c.stProd, k)
+		n, rerr := r.Read(c.stage.buf[a.Off:a.End()])
+		if n > 0 {
+			if !c.postData(uint64(n)) {
+				return total, opError("write", c.laddr, c.raddr, net.ErrClosed)
+			}
+			total += int64(n)
+		}
+		if rerr == io.EOF {
+			return total, nil
+		}
+		if rerr != nil {
+			return total, rerr
+		}
+	}
+}
+
+// writeInline sends b inside a control message if that is possible right
+// now: a control message may be posted, the peer's ring has room, and no
+// FIN is due. It reports whether it did.
+func (c *Conn) writeInline(b []byte) bool {
+	c.postMu.Lock()
+	defer c.postMu.Unlock()
+	c.mu.Lock()
+	if c.finWanted || !c.canControlLocked() || c.peerRing.Free(c.sProd, c.sPeerCons) < uint64(len(b)) {
+		c.mu.Unlock()
+		return false
+	}
+	c.sProd += uint64(len(b))
+	c.postControlLocked(b)
+	return true
+}

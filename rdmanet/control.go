@@ -1,0 +1,171 @@
+package rdmanet
+
+import (
+	"encoding/binary"
+
+	"github.com/rdmanet/rdmanet/dat"
+)
+
+// A control message is a Send of a fixed 24-byte header, big-endian,
+// optionally followed by up to ctrlMaxInline bytes of stream data:
+//
+//	offset size field
+//	0      8    prod    bytes the sender has written into our ring, in all
+//	8      8    cons    bytes the sender has consumed from its own ring
+//	16     2    grant   control receives the sender re-posted since its last message
+//	18     1    flags   ctrlFIN: the sender will write no more; prod is final
+//	19     1    inline  length L of the data after the header
+//	20     4    seq     the message's number (low 32 bits), to catch loss or reordering
+//	24     L    data    the stream bytes [prod−L, prod), for the receiver to
+//	                    copy into its ring itself
+//
+// Positions are cumulative, so a message supersedes every earlier one and
+// the sender may coalesce: one message reports any number of Writes and
+// any amount of consumption. RC ordering makes prod safe to use at once:
+// the RDMA Writes it covers were posted before this Send on the same QP and
+// have landed before the Send is delivered.
+//
+// Inline data is the small-write path: a Write of at most ctrlMaxInline
+// bytes that can go at once (a control credit, room in the peer's ring)
+// travels inside the control message instead of as an RDMA Write plus a
+// control message, halving the work requests, and on iWARP the FPDUs and
+// syscalls, of request/response traffic. It uses ring space exactly as an
+// RDMA Write would; only the copy into the ring moves to the receiver.
+// Each side's receive slots are ctrlSlot bytes (protocol version 1).
+const (
+	ctrlLen       = 24
+	ctrlSlot      = 256 // receive/send slot size and stride in the control region
+	ctrlMaxInline = ctrlSlot - ctrlLen
+	ctrlFIN       = 1 << 0
+)
+
+type ctrlMsg struct {
+	prod, cons uint64
+	grant      uint16
+	flags      uint8
+	inline     uint8
+	seq        uint32
+}
+
+func (m *ctrlMsg) put(b []byte) {
+	_ = b[ctrlLen-1]
+	binary.BigEndian.PutUint64(b[0:], m.prod)
+	binary.BigEndian.PutUint64(b[8:], m.cons)
+	binary.BigEndian.PutUint16(b[16:], m.grant)
+	b[18], b[19] = m.flags, m.inline
+	binary.BigEndian.PutUint32(b[20:], m.seq)
+}
+
+func (m *ctrlMsg) get(b []byte) {
+	_ = b[ctrlLen-1]
+	m.prod = binary.BigEndian.Uint64(b[0:])
+	m.cons = binary.BigEndian.Uint64(b[8:])
+	m.grant = binary.BigEndian.Uint16(b[16:])
+	m.flags, m.inline = b[18], b[19]
+	m.seq = binary.BigEndian.Uint32(b[20:])
+}
+
+// The control region holds K receive slots followed by S send slots (one
+// per send-queue entry: a control Send with sequence number n uses send
+// slot n mod S, which is free again because at most S send-side requests
+// are outstanding).
+func (c *Conn) recvSlot(i int) []byte { return c.ctrl.buf[i*ctrlSlot : (i+1)*ctrlSlot] }
+
+func (c *Conn) sendSlotOff(seq uint64) uint64 {
+	return uint64(c.cfg.recvs+int(seq%uint64(c.cfg.sendDepth))) * ctrlSlot
+}
+
+// postRecv (re-)posts control receive slot i.
+func (c *Conn) postRecv(i int) error {
+	return c.ep.PostRecv(c.recvIOV[i:i+1], uint64(i), dat.CompletionDefault)
+}
+
+// wantControlLocked reports whether the peer should hear from us: new
+// data to announce, a FIN, credit to return, a grant due (R2), or the
+// dialer's first message. Callers hold c.mu.
+func (c *Conn) wantControlLocked() bool {
+	return c.sProd != c.sProdSent ||
+		(c.finWanted && !c.finSent) ||
+		c.firstDue ||
+		c.myRing.ReturnDue(c.rProd, c.rCons, c.rReported, c.cfg.batch, c.cfg.urgent) ||
+		c.cc.grantDue()
+}
+
+// flushControl sends one control message if one is wanted and allowed
+// (credits, a free send-queue entry). Every reason to send is cumulative
+// state, so a message that cannot go now is not lost: the next call
+// (after a completion, a grant, a Read or a Write) sends it.
+func (c *Conn) flushControl() {
+	c.postMu.Lock()
+	c.flushControlPosting()
+	c.postMu.Unlock()
+}
+
+// flushControlPosting is flushControl for callers holding c.postMu.
+func (c *Conn) flushControlPosting() {
+	c.mu.Lock()
+	if !c.canControlLocked() || !c.wantControlLocked() {
+		c.mu.Unlock()
+		return
+	}
+	c.postControlLocked(nil)
+}
+
+// canControlLocked reports whether a control message may be posted now.
+// Callers hold c.mu.
+func (c *Conn) canControlLocked() bool {
+	return c.state == stateEstablished && c.err == nil &&
+		c.posted-c.completed < uint64(c.cfg.sendDepth) && c.cc.canSend()
+}
+
+// postControlLocked builds and posts a control message carrying the
+// current state and payload (inline data already counted in sProd).
+// Callers hold c.postMu and c.mu, have checked canControlLocked, and lose
+// c.mu.
+func (c *Conn) postControlLocked(payload []byte) {
+	seq := c.posted
+	c.posted++
+	c.stageEnd[seq%uint64(c.cfg.sendDepth)] = c.stProd
+	m := ctrlMsg{prod: c.sProd, cons: c.rCons, grant: c.cc.sent(), inline: uint8(len(payload)), seq: c.ctrlOut}
+	c.ctrlOut++
+	if c.finWanted {
+		m.flags |= ctrlFIN
+		c.finSent = true
+	}
+	c.sProdSent, c.rReported, c.firstDue = c.sProd, c.rCons, false
+	off := c.sendSlotOff(seq)
+	m.put(c.ctrl.buf[off : off+ctrlLen])
+	copy(c.ctrl.buf[off+ctrlLen:], payload)
+	c.ctrlIOV[0] = c.ctrl.triplet(off, uint64(ctrlLen+len(payload)))
+	flags := dat.CompletionSuppress
+	if c.signalDueLocked() {
+		flags = dat.CompletionDefault
+		c.signaled = c.posted
+	}
+	c.mu.Unlock()
+	if err := c.ep.PostSend(c.ctrlIOV[:], seq, flags); err != nil {
+		c.fail(err)
+	}
+}
+
+// signalDueLocked decides whether a control Send asks for a completion.
+// A completion retires every request posted before it (they complete in
+// order), so one now and then is enough to recycle send-queue entries
+// and staging space: the writer waits only when one of them is used up,
+// and a completion is requested well before that (a quarter of either
+// in use since the last signaled request). The FIN is always signaled:
+// Close waits for it. Skipping the rest halves the events a stream of
+// small Writes wakes the dispatcher for. Callers hold c.mu.
+func (c *Conn) signalDueLocked() bool {
+	return c.finSent ||
+		c.posted-c.signaled >= uint64(c.cfg.sendDepth/4) ||
+		c.stProd-c.stageAtSignal() >= c.stageRing.Size/4
+}
+
+// stageAtSignal is the staging position the last signaled request covers.
+func (c *Conn) stageAtSignal() uint64 {
+	if c.signaled == 0 {
+		return 0
+	}
+	return c.stageEnd[(c.signaled-1)%uint64(c.cfg.sendDepth)]
+}

@@ -1,0 +1,225 @@
+package rdmanet
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+
+	"github.com/rdmanet/rdmanet/dat"
+	"github.com/rdmanet/rdmanet/rdmanet/internal/handshake"
+)
+
+// One goroutine per Conn waits on the Conn's EVD and dispatches. Per Conn
+// rather than per IA because a DAT EVD admits one waiter, and one EVD per
+// Conn keeps connections independent: a slow or flooded connection never
+// delays another's completions, no cross-connection lookup is needed on
+// the hot path, and the goroutine (a few KiB of stack, parked in the EVD)
+// ends with its Conn. The EVD carries all three streams of the EP
+// (receive and request completions, connection events), so their relative
+// order is preserved.
+//
+// The loop allocates nothing of its own: events are values, control
+// messages are decoded from the registered slots in place, and receives
+// are re-posted with preallocated triplets.
+
+func (c *Conn) startDispatch() {
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stopDispatch = cancel
+	go c.dispatch(ctx)
+}
+
+func (c *Conn) dispatch(ctx context.Context) {
+	defer close(c.dispatchDone)
+	for {
+		ev, nmore, err := c.evd.WaitContext(ctx, 1)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.fail(err) // the EVD or the IA went away under us
+			}
+			return
+		}
+		c.handle(&ev)
+		if nmore == 0 {
+			// Queue drained: answer the whole batch with at most one
+			// control message, then wake whoever waits.
+			c.flushControl()
+			c.wakeAll()
+		}
+	}
+}
+
+func (c *Conn) handle(ev *dat.Event) {
+	switch ev.Number {
+	case dat.DTOCompletionEvent:
+		if ev.DTO.Op == dat.DTOReceive {
+			c.onRecv(ev)
+		} else {
+			c.onSendDone(ev)
+		}
+	case dat.ConnectionEventEstablished:
+		c.onEstablished(ev)
+	case dat.ConnectionEventPeerRejected, dat.ConnectionEventNonPeerRejected, dat.ConnectionEventUnreachable,
+		dat.ConnectionEventTimedOut, dat.ConnectionEventAcceptCompletionErr:
+		c.mu.Lock()
+		c.state = stateFailed
+		c.mu.Unlock()
+		c.setupDone(connectError(ev))
+	case dat.ConnectionEventDisconnected, dat.ConnectionEventBroken:
+		c.onDisconnected(ev)
+	}
+}
+
+// setupDone reports the handshake outcome once.
+func (c *Conn) setupDone(err error) {
+	select {
+	case c.setup <- err:
+	default:
+	}
+}
+
+func (c *Conn) onEstablished(ev *dat.Event) {
+	if c.listener == nil {
+		// Dialer: the server's Hello is the accept's private data.
+		h, err := handshake.ParseHello(ev.Conn.PrivateData)
+		if err != nil {
+			c.mu.Lock()
+			c.state = stateFailed
+			c.mu.Unlock()
+			c.ep.Disconnect(dat.CloseAbrupt)
+			c.setupDone(handshakeError(false, err.(*handshake.Error)))
+			return
+		}
+		c.setPeer(h)
+		// The iWARP initiator must send the first FPDU (RFC 5044 §7.1.2);
+		// our first control message is it.
+		c.firstDue = true
+	}
+	c.established()
+	c.setupDone(nil)
+	if l := c.listener; l != nil {
+		l.deliver(c)
+	}
+}
+
+// onRecv handles a control message: it updates positions, credits and
+// FIN, re-posts the receive and counts it for the next grant.
+func (c *Conn) onRecv(ev *dat.Event) {
+	slot := int(ev.DTO.Cookie)
+	if ev.DTO.Status != dat.DTOSuccess {
+		if ev.DTO.Status != dat.DTOErrFlushed {
+			c.fail(fmt.Errorf("rdmanet: control receive failed: status %d", ev.DTO.Status))
+		}
+		return // flushed: the connection is going; its event follows
+	}
+	if slot < 0 || slot >= c.cfg.recvs || ev.DTO.Length < ctrlLen {
+		c.fail(errProtocol("control message of %d bytes", ev.DTO.Length))
+		return
+	}
+	var m ctrlMsg
+	b := c.recvSlot(slot)
+	m.get(b)
+	if ev.DTO.Length != ctrlLen+uint32(m.inline) {
+		c.fail(errProtocol("control message of %d bytes announcing %d inline", ev.DTO.Length, m.inline))
+		return
+	}
+	c.mu.Lock()
+	// Apply (and copy inline data out) before the slot is posted again.
+	err := c.applyLocked(&m, b[ctrlLen:ctrlLen+int(m.inline)])
+	c.mu.Unlock()
+	if err == nil {
+		if err = c.postRecv(slot); err == nil {
+			c.mu.Lock()
+			c.cc.reposted()
+			c.mu.Unlock()
+		}
+	}
+	if err != nil {
+		c.fail(err)
+	}
+}
+
+// applyLocked checks a peer's message against what it may say and applies
+// it. A peer that moves a position backwards, overfills our ring, claims
+// consumption of bytes never written, writes after FIN or grants credits
+// it cannot have is cut off: trusting it would corrupt the stream.
+func (c *Conn) applyLocked(m *ctrlMsg, inline []byte) error {
+	switch {
+	case m.seq != c.ctrlIn:
+		return errProtocol("control message %d, expected %d", m.seq, c.ctrlIn)
+	case m.prod-uint64(len(inline)) < c.rProd || m.prod < uint64(len(inline)) || !c.myRing.Valid(m.prod, c.rCons):
+		return errProtocol("producer position %d (ours: %d consumed of a %d-byte ring)", m.prod, c.rCons, c.myRing.Size)
+	case c.rFIN && m.prod != c.rProd:
+		return errProtocol("data after FIN")
+	case m.cons < c.sPeerCons || m.cons > c.sProd:
+		return errProtocol("consumer position %d (we wrote %d)", m.cons, c.sProd)
+	case c.cc.avail+int(m.grant) > int(c.peer.Credits):
+		return errProtocol("grant of %d exceeds the %d receives announced", m.grant, c.peer.Credits)
+	}
+	c.ctrlIn++
+	if len(inline) > 0 {
+		// The bytes [prod−L, prod) are free ring space the peer wrote
+		// into the message instead; the reader sees none of it before
+		// rProd moves below.
+		a, b := c.myRing.Segments(m.prod-uint64(len(inline)), uint64(len(inline)))
+		k := copy(c.ring.buf[a.Off:a.End()], inline)
+		copy(c.ring.buf[b.Off:b.End()], inline[k:])
+	}
+	c.rProd, c.sPeerCons = m.prod, m.cons
+	c.cc.received(m.grant)
+	if m.flags&ctrlFIN != 0 {
+		c.rFIN = true
+	}
+	if c.readShut {
+		c.rCons = c.rProd // CloseRead: discard, and give the space back
+	}
+	return nil
+}
+
+// onSendDone handles a send-side completion. Completions arrive in post
+// order, so the one for sequence number n retires every request up to n,
+// including the suppressed RDMA Writes before it, and frees their staging
+// space.
+func (c *Conn) onSendDone(ev *dat.Event) {
+	if ev.DTO.Status != dat.DTOSuccess {
+		// A flush means the connection is going down, and its event
+		// (which decides between EOF-then-EPIPE and a reset) follows;
+		// anything else is a transport failure.
+		if ev.DTO.Status != dat.DTOErrFlushed {
+			c.fail(&peerError{errno: syscall.ECONNRESET, cause: fmt.Errorf("DTO op %d failed: status %d", ev.DTO.Op, ev.DTO.Status)})
+		}
+		return
+	}
+	c.mu.Lock()
+	seq := ev.DTO.Cookie
+	if seq >= c.completed && seq < c.posted {
+		c.completed = seq + 1
+		c.stCons = max(c.stCons, c.stageEnd[seq%uint64(c.cfg.sendDepth)])
+	}
+	c.mu.Unlock()
+}
+
+// onDisconnected handles the end of the connection. If we were closing it,
+// Close is waiting. Otherwise the peer closed or the transport broke:
+// Reads return what the ring holds, then io.EOF if a FIN came first and a
+// reset error if not; Writes fail.
+func (c *Conn) onDisconnected(ev *dat.Event) {
+	c.mu.Lock()
+	c.peerGone = true
+	if c.err == nil {
+		switch {
+		case ev.Number == dat.ConnectionEventBroken:
+			c.err = &peerError{errno: syscall.ECONNRESET, cause: ev.Conn.Err}
+		case c.rFIN:
+			c.err = errPeerClosed
+		default:
+			c.err = errReset
+		}
+	}
+	state := c.state
+	c.state = stateFailed
+	c.mu.Unlock()
+	if state == stateHandshake {
+		c.setupDone(errReset)
+	}
+	c.wakeAll()
+}

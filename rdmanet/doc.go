@@ -1,0 +1,49 @@
+// Package rdmanet gives Go programs RDMA connections through the
+// interfaces they already use: a program that dials and listens with
+// package net switches by changing only those calls.
+//
+//	l, err := rdmanet.Listen("rdma", "127.0.0.1:7000")   // net.Listener
+//	c, err := rdmanet.Dial("rdma", "127.0.0.1:7000")     // net.Conn
+//
+// Networks are "rdma", "rdma4" and "rdma6"; addresses are "host:port",
+// the port being the DAT connection qualifier (on iWARP, the TCP port
+// underneath). Dialer and ListenConfig hold the options (the IA to use,
+// buffer sizes, timeouts, SO_REUSEPORT sharing, TCP fallback); Conn adds
+// CloseRead, CloseWrite and Dup to net.Conn. Errors are *net.OpError with
+// Net "rdma"; timeouts are os.ErrDeadlineExceeded, as with TCP.
+//
+// Underneath is package dat, the DAT/uDAPL consumer API, and by default
+// its pure-Go iWARP provider, so everything runs on any machine with TCP.
+// Each IA name is opened once per process and shared.
+//
+// # Protocol
+//
+// Handshake: the dialer's connect private data and the server's accept
+// private data each carry a Hello (internal/handshake: magic, version,
+// the sender's receive ring address, key and size, and its initial
+// control credits; 24 bytes, within the 56 an InfiniBand REQ allows). A
+// server rejects a Hello it cannot use with a payload naming the reason;
+// the dialer's error says why (HandshakeError).
+//
+// Data: each side exposes a receive ring, page-aligned registered memory
+// the peer may RDMA-write. Write copies into a registered staging buffer
+// and RDMA-writes into the peer's ring at prod mod size (split at the
+// wrap), then posts a small control Send carrying the new producer
+// position; RC ordering puts the data in place before the Send arrives.
+// Writes of at most 232 bytes that can go at once travel inside the
+// control message instead. Read copies out of the ring and returns credit
+// (its consumer position) in batches of a quarter ring, or sooner when the
+// writer is blocked on a full ring. Positions are cumulative byte counts
+// (internal/ring). The control channel has its own credits (see credits.go
+// for the rule and why it cannot deadlock): iWARP has no
+// receiver-not-ready retry, so a Send without a posted receive would kill
+// the connection.
+//
+// Completions: one goroutine per Conn waits on the Conn's EVD and
+// dispatches control messages, send completions and connection events.
+//
+// Closing: Close sends a FIN after the last data, lets sends drain and
+// disconnects gracefully; the peer reads everything, then io.EOF. A peer
+// that disappears without a FIN gives a reset error (syscall.ECONNRESET)
+// after the data already received.
+package rdmanet

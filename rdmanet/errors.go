@@ -1,0 +1,135 @@
+package rdmanet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+
+	"github.com/rdmanet/rdmanet/dat"
+	"github.com/rdmanet/rdmanet/rdmanet/internal/handshake"
+)
+
+// opError wraps err the way package net does: *net.OpError with Net
+// "rdma". Nil addresses stay nil interfaces, so Error never calls String
+// on a nil pointer.
+func opError(op string, src, dst *Addr, err error) error {
+	e := &net.OpError{Op: op, Net: "rdma", Err: err}
+	if src != nil {
+		e.Source = src
+	}
+	if dst != nil {
+		e.Addr = dst
+	}
+	return e
+}
+
+// HandshakeError reports a failed rdmanet handshake: the peer rejected this
+// side's Hello (PeerRejected), or answered with a Hello this side cannot
+// use.
+type HandshakeError struct {
+	// PeerRejected is true when the peer refused our Hello.
+	PeerRejected bool
+	// Reason says what was wrong.
+	Reason RejectReason
+	// Offered is the version the refusing side was offered and Speaks the
+	// version it speaks, for RejectVersion.
+	Offered, Speaks int
+	msg             string
+}
+
+// RejectReason is why a handshake was refused.
+type RejectReason uint8
+
+// Reject reasons (on the wire as the handshake reject payload's reason).
+const (
+	RejectBadMagic  RejectReason = RejectReason(handshake.ReasonBadMagic)
+	RejectVersion   RejectReason = RejectReason(handshake.ReasonVersion)
+	RejectMalformed RejectReason = RejectReason(handshake.ReasonMalformed)
+	RejectResources RejectReason = RejectReason(handshake.ReasonResources)
+)
+
+// Error says who refused the handshake and why.
+func (e *HandshakeError) Error() string {
+	if e.PeerRejected {
+		return "peer rejected the handshake: " + e.msg
+	}
+	return "bad handshake from peer: " + e.msg
+}
+
+func handshakeError(peerRejected bool, he *handshake.Error) *HandshakeError {
+	return &HandshakeError{PeerRejected: peerRejected, Reason: RejectReason(he.Reason),
+		Offered: int(he.Offered), Speaks: int(he.Speaks), msg: he.Error()}
+}
+
+// peerError is the error of a connection the peer, or the transport, ended:
+// it matches syscall.ECONNRESET (the peer went away without closing) or
+// syscall.EPIPE (writing after the peer closed), as the TCP errors do, and
+// keeps the DAT-level cause.
+type peerError struct {
+	errno syscall.Errno
+	cause error
+}
+
+func (e *peerError) Error() string {
+	if e.cause == nil {
+		return e.errno.Error()
+	}
+	return e.errno.Error() + " (" + e.cause.Error() + ")"
+}
+
+func (e *peerError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{e.errno}
+	}
+	return []error{e.errno, e.cause}
+}
+
+var (
+	errReset        = &peerError{errno: syscall.ECONNRESET}
+	errPeerClosed   = &peerError{errno: syscall.EPIPE}
+	errWriteShut    = errors.New("write after CloseWrite")
+	errNotConnected = errors.New("connection not established")
+)
+
+// ErrNotDialed is returned by Dup on a connection that was accepted rather
+// than dialed: DAT's dup_connect reconnects to the peer's port, which only
+// means something for the side that dialed.
+var ErrNotDialed = errors.New("rdmanet: Dup needs a dialed connection")
+
+// errProtocol reports a peer that broke the rdmanet protocol.
+func errProtocol(format string, args ...any) error {
+	return fmt.Errorf("rdmanet: protocol violation by peer: "+format, args...)
+}
+
+// contextError maps a context error to what package net reports:
+// os.ErrDeadlineExceeded (a timeout) for an expired deadline.
+func contextError(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return os.ErrDeadlineExceeded
+	}
+	return err
+}
+
+// connectError turns a failed-establishment event into the dial error.
+func connectError(ev *dat.Event) error {
+	switch ev.Number {
+	case dat.ConnectionEventPeerRejected:
+		if r, ok := handshake.ParseReject(ev.Conn.PrivateData); ok {
+			return handshakeError(true, r.Err())
+		}
+		return &peerError{errno: syscall.ECONNREFUSED, cause: errors.New("rejected by the peer")}
+	case dat.ConnectionEventNonPeerRejected:
+		return &peerError{errno: syscall.ECONNREFUSED, cause: ev.Conn.Err}
+	case dat.ConnectionEventUnreachable:
+		return &peerError{errno: syscall.EHOSTUNREACH, cause: ev.Conn.Err}
+	case dat.ConnectionEventTimedOut:
+		return os.ErrDeadlineExceeded
+	}
+	if ev.Conn.Err != nil {
+		return fmt.Errorf("%v: %w", ev.Number, ev.Conn.Err)
+	}
+	return fmt.Errorf("connection failed: %v", ev.Number)
+}

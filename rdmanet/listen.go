@@ -1,0 +1,289 @@
+package rdmanet
+
+import (
+	"context"
+	"net"
+	"sync"
+
+	"github.com/rdmanet/rdmanet/dat"
+	"github.com/rdmanet/rdmanet/rdmanet/internal/handshake"
+)
+
+// ListenConfig holds options for listening. The zero value listens with
+// the defaults.
+type ListenConfig struct {
+	// IA names the DAT interface adapter, as Dialer.IA. With the default
+	// ("iwarp") and a specific listen address, the IA is opened bound to
+	// that address.
+	IA string
+	// SharePort listens with SO_REUSEPORT (dat PSPOptions.SharePort), so
+	// several processes can serve one port and the kernel spreads
+	// connections over them.
+	SharePort bool
+	// Backlog bounds connection requests not yet answered and connections
+	// established but not yet returned by Accept (0: 128).
+	Backlog int
+	// BufferSize is each connection's ring and staging size (0:
+	// DefaultBufferSize).
+	BufferSize int
+}
+
+const defaultBacklog = 128
+
+// Listen listens on address ("host:port"; port 0 picks one) for network
+// "rdma", "rdma4" or "rdma6" with the default ListenConfig.
+func Listen(network, address string) (net.Listener, error) {
+	var lc ListenConfig
+	return lc.Listen(context.Background(), network, address)
+}
+
+// Listener accepts rdmanet connections. It implements net.Listener.
+//
+// A background goroutine takes connection requests off a DAT PSP: it
+// checks the client's Hello (a bad one is rejected with a reason), builds
+// the connection and accepts with its own Hello. Connections that come
+// up wait, at most Backlog of them, for Accept.
+type Listener struct {
+	ia      *sharedIA
+	cfg     connConfig
+	backlog int
+	psp     *dat.PSP
+	evd     *dat.EVD
+	addr    *Addr
+	stop    context.CancelFunc
+	served  chan struct{} // closed when the serve goroutine exits
+
+	mu      sync.Mutex
+	closed  bool
+	ready   []*Conn            // established, waiting for Accept
+	pending map[*Conn]struct{} // accepted at the DAT level, not yet established
+	wake    chan struct{}      // cap 1
+	done    chan struct{}      // closed by Close
+}
+
+// Listen listens on address; the context bounds setting up the listener
+// only, as with net.ListenConfig.
+func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (net.Listener, error) {
+	aps, err := resolve(ctx, network, address, true)
+	if err != nil {
+		return nil, opError("listen", nil, nil, err)
+	}
+	ap := aps[0]
+	la := &Addr{IP: ap.Addr(), Port: ap.Port()}
+	if err := ctx.Err(); err != nil {
+		return nil, opError("listen", nil, la, contextError(err))
+	}
+	s, err := acquireIA(ctx, iaName(lc.IA, ap.Addr()))
+	if err != nil {
+		return nil, opError("listen", nil, la, err)
+	}
+	backlog := lc.Backlog
+	if backlog <= 0 {
+		backlog = defaultBacklog
+	}
+	l := &Listener{ia: s, cfg: newConnConfig(lc.BufferSize), backlog: backlog,
+		pending: map[*Conn]struct{}{}, wake: make(chan struct{}, 1), done: make(chan struct{}), served: make(chan struct{})}
+	fail := func(err error) (net.Listener, error) {
+		if l.psp != nil {
+			l.psp.Free()
+		}
+		if l.evd != nil {
+			l.evd.Free()
+		}
+		s.release()
+		return nil, opError("listen", nil, la, err)
+	}
+	// The EVD holds requests the serve loop has not taken yet; the PSP's
+	// backlog bounds those below the queue length.
+	if l.evd, err = s.ia.CreateEVD(backlog+8, dat.EVDCR); err != nil {
+		return fail(err)
+	}
+	opts := &dat.PSPOptions{Backlog: backlog, SharePort: lc.SharePort}
+	if ap.Port() == 0 {
+		l.psp, err = s.ia.CreatePSPAny(l.evd, dat.PSPConsumer, opts)
+	} else {
+		l.psp, err = s.ia.CreatePSP(dat.ConnQual(ap.Port()), l.evd, dat.PSPConsumer, opts)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(contextError(err))
+	}
+	l.addr = &Addr{IP: ap.Addr(), Port: uint16(l.psp.Qual())}
+	if a := addrFrom(l.psp.Addr()); a != nil && !a.IP.IsUnspecified() {
+		l.addr.IP = a.IP
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	l.stop = cancel
+	go l.serve(sctx)
+	return l, nil
+}
+
+// Addr returns the listening address (with the real port when 0 was
+// asked for).
+func (l *Listener) Addr() net.Addr { return l.addr }
+
+// Accept waits for the next connection; after Close it returns
+// net.ErrClosed in a *net.OpError.
+func (l *Listener) Accept() (net.Conn, error) {
+	for {
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			return nil, opError("accept", nil, l.addr, net.ErrClosed)
+		}
+		if len(l.ready) > 0 {
+			c := l.ready[0]
+			l.ready[0] = nil
+			l.ready = l.ready[1:]
+			c.listener = nil
+			l.mu.Unlock()
+			return c, nil
+		}
+		l.mu.Unlock()
+		select {
+		case <-l.wake:
+		case <-l.done:
+		}
+	}
+}
+
+// Close stops listening. Accept returns net.ErrClosed; connections not yet
+// returned by Accept are closed; accepted ones are not affected.
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return opError("close", nil, l.addr, net.ErrClosed)
+	}
+	l.closed = true
+	close(l.done)
+	l.mu.Unlock()
+	l.psp.Free()
+	l.stop()
+	<-l.served
+	// Requests reported but never taken: refuse them.
+	for {
+		ev, err := l.evd.Dequeue()
+		if err != nil {
+			break
+		}
+		if ev.Number == dat.ConnectionRequestEvent {
+			ev.CR.CR.Reject(nil)
+		}
+	}
+	l.mu.Lock()
+	conns := l.ready
+	l.ready = nil
+	for c := range l.pending {
+		conns = append(conns, c)
+	}
+	l.pending = nil
+	l.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+	l.evd.Free()
+	l.ia.release()
+	return nil
+}
+
+func (l *Listener) serve(ctx context.Context) {
+	defer close(l.served)
+	for {
+		ev, _, err := l.evd.WaitContext(ctx, 1)
+		if err != nil {
+			return
+		}
+		if ev.Number == dat.ConnectionRequestEvent {
+			l.handle(ev.CR.CR)
+		}
+	}
+}
+
+// handle answers one connection request.
+func (l *Listener) handle(cr *dat.CR) {
+	p, err := cr.Query()
+	if err != nil {
+		cr.Reject(nil)
+		return
+	}
+	h, err := handshake.ParseHello(p.PrivateData)
+	if err != nil {
+		cr.Reject(handshake.AppendReject(nil, handshake.RejectFor(err)))
+		return
+	}
+	l.mu.Lock()
+	full := l.closed || len(l.ready)+len(l.pending) >= l.backlog
+	l.mu.Unlock()
+	if full {
+		cr.Reject(handshake.AppendReject(nil, handshake.Reject{Reason: handshake.ReasonResources, Speaks: handshake.Version}))
+		return
+	}
+	c, err := newConn(l.ia, l.cfg)
+	if err != nil {
+		cr.Reject(handshake.AppendReject(nil, handshake.Reject{Reason: handshake.ReasonResources, Speaks: handshake.Version}))
+		return
+	}
+	c.setPeer(h)
+	c.listener = l
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		cr.Reject(nil)
+		c.destroy()
+		c.releaseMemory()
+		return
+	}
+	l.pending[c] = struct{}{}
+	l.mu.Unlock()
+	c.startDispatch()
+	if err := cr.Accept(c.ep, c.hello()); err != nil {
+		l.drop(c)
+		go c.abandon()
+		return
+	}
+	// A connection that fails to come up is dropped by its dispatcher.
+	go l.watch(c)
+}
+
+// watch waits for a pending connection's handshake outcome and drops it
+// if it fails. (Success is handled by deliver, from the dispatcher.)
+func (l *Listener) watch(c *Conn) {
+	select {
+	case err := <-c.setup:
+		if err == nil {
+			return
+		}
+	case <-l.done:
+		return // Close takes care of pending connections
+	}
+	if l.drop(c) {
+		c.abandon()
+	}
+}
+
+// deliver queues an established connection for Accept.
+func (l *Listener) deliver(c *Conn) {
+	l.mu.Lock()
+	if _, ok := l.pending[c]; !ok || l.closed {
+		l.mu.Unlock()
+		return // Close owns it
+	}
+	delete(l.pending, c)
+	l.ready = append(l.ready, c)
+	l.mu.Unlock()
+	wake(l.wake)
+}
+
+// drop removes c from the pending set; false if Close already took it.
+func (l *Listener) drop(c *Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.pending[c]; !ok {
+		return false
+	}
+	delete(l.pending, c)
+	return true
+}
