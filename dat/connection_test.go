@@ -189,7 +189,7 @@ func silentPeer(t *testing.T) *rawPeer {
 
 // §4.2: "consumer timeout (µs) expires first ⇒ DISCONNECTED, E:
 // TIMED_OUT"; "remote host unreachable, or no response ⇒ DISCONNECTED, E:
-// UNREACHABLE" (the provider's reply timeout, 300 ms on lo-fast).
+// UNREACHABLE" (the provider's reply timeout, 1 s on lo-fast).
 func TestConnectTimeouts(t *testing.T) {
 	cases := []struct {
 		rule    string

@@ -155,7 +155,7 @@ func TestSeedDupConnectTimedOut(t *testing.T) {
 // DAT_CONNECTION_EVENT_UNREACHABLE is generated ... The Endpoint
 // transitions into a DAT_EP_STATE_DISCONNECTED state." Here the consumer
 // waits forever, and the provider gives up on a host that never answers
-// the MPA Request (lo-fast sets a 300 ms reply timeout).
+// the MPA Request (lo-fast sets a 1 s reply timeout).
 func TestSeedDupConnectUnreachable(t *testing.T) {
 	c := newSide(t, "lo-fast")
 	peer := scriptedPeer(t)

@@ -25,4 +25,6 @@ go test $race -timeout 15m ./...
 
 if [ "${RDMANET_VM:-0}" = 1 ]; then
 	bash test/vm/suite.sh
+	# rping against rdma-core's rping over the kernel's siw and rxe.
+	bash test/vm/rping-interop.sh
 fi

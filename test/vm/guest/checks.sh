@@ -25,6 +25,11 @@ result() {
 	else
 		echo "@@rdmanet-vm FAIL $name (${why:-rc $rc})"
 	fi
+	if [ "$rc" != 0 ] && grep -aq -- '--- FAIL' "$log"; then
+		# A Go test log: the failing tests' own lines say what broke.
+		echo "    | failing tests:"
+		grep -a -B1 -A25 -- '--- FAIL' "$log" | head -n 200 | sed 's/^/    | /'
+	fi
 	if [ "$rc" != 0 ] || [ "$VERBOSE" = 1 ]; then
 		if [ "$(wc -l <"$log")" -gt 150 ]; then
 			echo "    | ... (last 150 of $(wc -l <"$log") lines)"
