@@ -189,21 +189,25 @@ func (c *connection) getWR() *sendWR {
 // the send queue, in post order. Called with q.mu held.
 func (c *connection) completeDone() { c.popDone(false) }
 
-// completeDoneInline is completeDone for a provider goroutine that
-// delivers the events itself (eventQueue.deliver) after releasing q.mu.
-func (c *connection) completeDoneInline() { c.popDone(true) }
+// completeDoneInline is completeDone for a caller that delivers the events
+// itself (eventQueue.deliver) after releasing q.mu, or wakes the sender
+// goroutine to do so when it reports orphans.
+func (c *connection) completeDoneInline() (orphans bool) { return c.popDone(true) }
 
-func (c *connection) popDone(inline bool) {
+func (c *connection) popDone(inline bool) (orphans bool) {
 	for c.sq.len() > c.queued && (*c.sq.front()).state == wrDone {
 		w := c.sq.pop()
 		if inline {
-			c.q.events.queue(event{c: w.completion()})
+			if c.q.events.queue(event{c: w.completion()}) {
+				orphans = true
+			}
 		} else {
 			c.q.events.complete(w.completion())
 		}
 		*w = sendWR{}
 		c.free = append(c.free, w)
 	}
+	return orphans
 }
 
 // finish tears the connection down once the receiver has stopped, for

@@ -90,8 +90,10 @@ type sink struct {
 	ch    chan driver.Completion
 	disc  chan error
 	ndisc int
-	// onRecv, if set, runs in the handler for every receive completion.
+	// onRecv, if set, runs in the handler for every receive completion
+	// (every completion with onAll).
 	onRecv func(driver.Completion)
+	onAll  bool
 }
 
 func newSink() *sink {
@@ -103,7 +105,7 @@ func (s *sink) Completion(c driver.Completion) {
 	s.all = append(s.all, c)
 	f := s.onRecv
 	s.mu.Unlock()
-	if f != nil && c.Op == driver.OpRecv {
+	if f != nil && (c.Op == driver.OpRecv || s.onAll) {
 		f(c)
 	}
 	s.ch <- c
@@ -112,6 +114,12 @@ func (s *sink) Completion(c driver.Completion) {
 func (s *sink) setOnRecv(f func(driver.Completion)) {
 	s.mu.Lock()
 	s.onRecv = f
+	s.mu.Unlock()
+}
+
+func (s *sink) setOnAll(f func(driver.Completion)) {
+	s.mu.Lock()
+	s.onRecv, s.onAll = f, true
 	s.mu.Unlock()
 }
 

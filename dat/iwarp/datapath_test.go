@@ -745,3 +745,44 @@ func TestSegmentationOnTheWire(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseFromSendCompletion: a handler closing its QP from a Send
+// completion (delivered by the send side) does not deadlock either.
+func TestCloseFromSendCompletion(t *testing.T) {
+	leakCheck(t)
+	a, b := newSide(t), newSide(t)
+	done := make(chan error, 1)
+	var ini *iwarp.QP
+	p := connectData(t, a, b, a.cfg(), b.cfg(), func(q *iwarp.QP) { ini = q }, func(q *iwarp.QP) {
+		for i := range 40 {
+			mustPost(t, q.PostRecv(driver.RecvWR{Cookie: uint64(i)}))
+		}
+	})
+	p.iniSink.setOnAll(func(c driver.Completion) {
+		if c.Cookie == 20 && c.Status == driver.StatusSuccess {
+			done <- ini.Close()
+		}
+	})
+	posted := 0
+	for i := range 30 {
+		if err := p.ini.PostSend(driver.SendWR{Cookie: uint64(i), Op: driver.OpSend}); err != nil {
+			break // closed by the handler meanwhile
+		}
+		posted++
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("Close from a Send completion hung")
+	}
+	// Exactly one completion per posted request, in post order.
+	for i, c := range p.iniSink.wait(t, posted) {
+		if c.Cookie != uint64(i) {
+			t.Fatalf("completion %d: %+v", i, c)
+		}
+	}
+	p.iniSink.none(t, 20*time.Millisecond)
+}

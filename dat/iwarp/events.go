@@ -53,15 +53,19 @@ func (e *eventQueue) push(ev event) {
 	e.mu.Unlock()
 }
 
-// queue adds ev without starting a delivery goroutine: the caller, a
-// provider goroutine, delivers it with deliver once it holds no QP lock.
-func (e *eventQueue) queue(ev event) {
+// queue adds ev without starting a delivery goroutine. It reports whether
+// no delivery is running, in which case the caller must see to one: a
+// provider goroutine calls deliver once it holds no QP lock, PostSend
+// wakes the sender goroutine. A running delivery takes the event.
+func (e *eventQueue) queue(ev event) (orphan bool) {
 	if e.h == nil {
-		return
+		return false
 	}
 	e.mu.Lock()
 	e.q.push(ev)
+	orphan = !e.running
 	e.mu.Unlock()
+	return orphan
 }
 
 // deliver delivers the queued events on the calling provider goroutine,

@@ -428,14 +428,19 @@ func (q *QP) PostSend(wr driver.SendWR) error {
 		st = c.tx.send(false)
 	}
 	q.mu.Lock()
+	orphans := false
 	if st == stepProgress {
 		// Handlers never run in the poster's goroutine: the completions
-		// are queued for the sender goroutine to deliver.
-		c.tx.finishLocked(true)
+		// are queued, for a running delivery (a handler posting) or else
+		// the sender goroutine.
+		orphans = c.tx.finishLocked(true)
 	}
 	c.writing = false // after a failure the sender goroutine finds c.dead and stops
+	more := orphans || st != stepProgress || c.queued > 0 || c.rresp.len() > 0 || c.dead || c.draining
 	q.mu.Unlock()
-	c.wake()
+	if more {
+		c.wake()
+	}
 	return nil
 }
 

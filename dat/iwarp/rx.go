@@ -380,7 +380,7 @@ func (rx *receiver) completeRecvLocked(st driver.Status, length uint32, solicite
 		c.Length, c.Solicited = length, solicited
 	}
 	if inline {
-		rx.q.events.queue(event{c: c})
+		_ = rx.q.events.queue(event{c: c}) // delivered by rx.deliver
 	} else {
 		rx.q.events.complete(c)
 	}
@@ -487,7 +487,7 @@ func (rx *receiver) readResponse(h *wire.Header, n, l int) error {
 	q.mu.Lock()
 	c.reads.pop()
 	rd.state, rd.status = wrDone, driver.StatusSuccess
-	c.completeDoneInline()
+	_ = c.completeDoneInline() // delivered by rx.deliver below
 	q.mu.Unlock()
 	c.wake() // an ORD slot is free; a fenced WR may go
 	rx.deliver()

@@ -149,7 +149,7 @@ func (c *connection) sendLoop() {
 		}
 		q.mu.Lock()
 		if st == stepProgress {
-			s.finishLocked(true)
+			_ = s.finishLocked(true) // delivered just below
 		}
 		c.writing = false
 		q.mu.Unlock()
@@ -238,8 +238,9 @@ func (s *sender) send(block bool) stepResult {
 
 // finishLocked completes the messages of the batch just written. Called
 // with q.mu held, by the token holder; with inline the completions are
-// only queued, for the caller (the sender goroutine) to deliver.
-func (s *sender) finishLocked(inline bool) {
+// only queued, and orphans reports that the caller must see to their
+// delivery (see eventQueue.queue).
+func (s *sender) finishLocked(inline bool) (orphans bool) {
 	c := s.c
 	for i := range s.done {
 		if w := s.items[i].wr; w != nil && w.op != driver.OpRDMARead {
@@ -247,7 +248,7 @@ func (s *sender) finishLocked(inline bool) {
 		}
 	}
 	if inline {
-		c.completeDoneInline()
+		orphans = c.completeDoneInline()
 	} else {
 		c.completeDone()
 	}
@@ -255,6 +256,7 @@ func (s *sender) finishLocked(inline bool) {
 	clear(s.items[n:])
 	s.items = s.items[:n]
 	s.done = 0
+	return orphans
 }
 
 // write puts s.wbuf on the socket: all of it (block), or as much as the
