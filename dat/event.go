@@ -84,6 +84,8 @@ type Event struct {
 
 	// DTO is set for DTOCompletionEvent.
 	DTO DTOCompletion
+	// RMRBind is set for RMRBindCompletionEvent.
+	RMRBind RMRBindCompletion
 	// CR is set for ConnectionRequestEvent.
 	CR ConnRequestData
 	// Conn is set for the ConnectionEvent* numbers.

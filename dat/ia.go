@@ -30,6 +30,7 @@ type IA struct {
 	rsps   map[*RSP]struct{}
 	srqs   map[*SRQ]struct{}
 	lmrs   map[*LMR]struct{}
+	rmrs   map[*RMR]struct{}
 	// lmrByContext finds an LMR from the lmr_context in a DTO segment.
 	lmrByContext map[uint32]*LMR
 	// crs holds the connection requests reported but not yet accepted or
@@ -82,7 +83,7 @@ func OpenIA(ctx context.Context, name string, opts *IAOptions) (*IA, error) {
 		name: entry.IAName, entry: entry, prov: p, attr: p.Attr(),
 		pzs: map[*PZ]struct{}{}, evds: map[*EVD]struct{}{}, eps: map[*EP]struct{}{},
 		psps: map[*PSP]struct{}{}, rsps: map[*RSP]struct{}{}, srqs: map[*SRQ]struct{}{},
-		lmrs: map[*LMR]struct{}{}, lmrByContext: map[uint32]*LMR{}, crs: map[*CR]struct{}{},
+		lmrs: map[*LMR]struct{}{}, lmrByContext: map[uint32]*LMR{}, crs: map[*CR]struct{}{}, rmrs: map[*RMR]struct{}{},
 	}
 	ia.async = newEVD(ia, qlen, EVDAsync)
 	ia.async.isAsync = true
@@ -191,7 +192,7 @@ func (ia *IA) Close(flags CloseFlags) error {
 	}
 	switch flags {
 	case CloseGraceful:
-		if n := len(ia.pzs) + len(ia.evds) - 1 + len(ia.eps) + len(ia.psps) + len(ia.rsps) + len(ia.srqs) + len(ia.lmrs); n > 0 {
+		if n := len(ia.pzs) + len(ia.evds) - 1 + len(ia.eps) + len(ia.psps) + len(ia.rsps) + len(ia.srqs) + len(ia.lmrs) + len(ia.rmrs); n > 0 {
 			ia.mu.Unlock()
 			return newError(op, InvalidState, StateIAInUse, "%d objects still exist", n)
 		}
@@ -204,6 +205,13 @@ func (ia *IA) Close(flags CloseFlags) error {
 	eps, psps, rsps := keys(ia.eps), keys(ia.psps), keys(ia.rsps)
 	srqs, lmrs, pzs, evds := keys(ia.srqs), keys(ia.lmrs), keys(ia.pzs), keys(ia.evds)
 	crs := keys(ia.crs)
+	var windows []driver.Window
+	for r := range ia.rmrs {
+		r.freed = true
+		if w := r.unbindLocked(); w != nil {
+			windows = append(windows, w)
+		}
+	}
 	for _, ep := range eps {
 		ep.destroyLocked()
 	}
@@ -242,6 +250,9 @@ func (ia *IA) Close(flags CloseFlags) error {
 		ep.releaseProvider()
 	}
 	ia.bg.Wait()
+	for _, w := range windows {
+		w.Close()
+	}
 	for _, s := range srqs {
 		s.prov.Close()
 	}
@@ -255,7 +266,7 @@ func (ia *IA) Close(flags CloseFlags) error {
 	for _, e := range evds {
 		e.kill()
 	}
-	ia.pzs, ia.evds, ia.eps, ia.psps, ia.rsps, ia.srqs, ia.lmrs, ia.lmrByContext = nil, nil, nil, nil, nil, nil, nil, nil
+	ia.pzs, ia.evds, ia.eps, ia.psps, ia.rsps, ia.srqs, ia.lmrs, ia.lmrByContext, ia.rmrs = nil, nil, nil, nil, nil, nil, nil, nil, nil
 	ia.mu.Unlock()
 	if err := ia.prov.Close(); err != nil {
 		return providerError(op, err)

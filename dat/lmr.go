@@ -15,6 +15,8 @@ type LMR struct {
 	buf   []byte // keeps Go memory reachable while registered
 	priv  MemPriv
 	freed bool // guarded by ia.mu
+	// windows counts RMRs bound over the LMR; guarded by ia.mu.
+	windows int
 }
 
 // CreateLMR registers buf in pz with the given privileges (dat_lmr_create
@@ -111,6 +113,10 @@ func (l *LMR) Free() error {
 	if l.freed {
 		ia.mu.Unlock()
 		return newError(op, InvalidHandle, HandleLMR, "LMR is freed")
+	}
+	if l.windows > 0 {
+		ia.mu.Unlock()
+		return newError(op, InvalidState, StateLMRInUse, "%d RMRs are bound over the LMR", l.windows)
 	}
 	l.freed = true
 	l.pz.refs--

@@ -57,7 +57,22 @@ type PD interface {
 	// The memory must stay valid (and, for Go memory, reachable) until the
 	// MR is closed; package dat keeps the slice alive.
 	Register(buf []byte, access Access) (MR, error)
+	// BindWindow binds a memory window (DAT RMR) over [addr, addr+length)
+	// of mr, a region of this PD, granting peers the remote rights in
+	// access. The window's RKey names that range and nothing else of mr.
+	// Providers without memory windows return an error wrapping
+	// ErrNotSupported. Package dat keeps mr registered while the window is
+	// bound.
+	BindWindow(mr MR, addr, length uint64, access Access) (Window, error)
 	// Close frees the PD. Package dat guarantees nothing uses it any more.
+	Close() error
+}
+
+// Window is a bound memory window.
+type Window interface {
+	// RKey is the remote key (DAT rmr_context) peers use for the window.
+	RKey() uint32
+	// Close unbinds the window: its RKey stops working at once.
 	Close() error
 }
 

@@ -71,7 +71,7 @@ func (ia *IA) Attr() driver.IAAttr {
 		SRQPDDifference: !ia.opts.sameSRQPD, // receives are plain Go memory; any PD will do
 		MaxMR:           maxMRs,
 		MaxMRSize:       maxMRSize,
-		MemoryWindows:   false, // siw has none either (SIW_MAX_MW 0)
+		MemoryWindows:   true, // windows are STags over part of a region (window.go)
 	}
 }
 

@@ -16,7 +16,7 @@ func TestAttr(t *testing.T) {
 	ia := openIA(t)
 	a := ia.Attr()
 	if a.Transport != driver.TransportIWARP || a.MaxPrivateData != 252 || a.MaxIRD != 128 || a.MaxORD != 128 ||
-		a.MaxReadSGE != 1 || a.MemoryWindows || a.MaxSRQWR == 0 || !a.SRQPDDifference || a.Name != "iwarp:127.0.0.1" {
+		a.MaxReadSGE != 1 || !a.MemoryWindows || a.MaxSRQWR == 0 || !a.SRQPDDifference || a.Name != "iwarp:127.0.0.1" {
 		t.Fatalf("attributes %+v", a)
 	}
 	if la := ia.LocalAddr().(*net.TCPAddr); !la.IP.Equal(net.IPv4(127, 0, 0, 1)) || la.Port != 0 {

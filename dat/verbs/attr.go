@@ -52,11 +52,13 @@ func queryAttr(ctx *C.struct_ibv_context, port uint8) (driver.IAAttr, devLimits,
 		MaxMessageSize: uint32(pa.max_msg_sz),
 		MaxRDMASize:    uint32(pa.max_msg_sz),
 		// rdma_conn_param carries the depths in a byte.
-		MaxIRD:        min(int(da.max_qp_rd_atom), 255),
-		MaxORD:        min(int(da.max_qp_init_rd_atom), 255),
-		MaxMR:         int(da.max_mr),
-		MaxMRSize:     uint64(da.max_mr_size),
-		MemoryWindows: da.max_mw > 0,
+		MaxIRD:    min(int(da.max_qp_rd_atom), 255),
+		MaxORD:    min(int(da.max_qp_init_rd_atom), 255),
+		MaxMR:     int(da.max_mr),
+		MaxMRSize: uint64(da.max_mr_size),
+		// ibv_mw binding is not implemented yet (PD.BindWindow says so), so
+		// no device offers windows through this provider.
+		MemoryWindows: false,
 		// The IB spec leaves it to the device whether an SRQ may serve
 		// QPs of another PD; say no, which every device honours.
 		SRQPDDifference: false,

@@ -43,6 +43,13 @@ func accessFlags(a driver.Access) C.int {
 	return f
 }
 
+// BindWindow is not implemented: ibv_mw binding is future work, and siw
+// has no memory windows at all. Package dat reports
+// DAT_MODEL_NOT_SUPPORTED.
+func (pd *PD) BindWindow(driver.MR, uint64, uint64, driver.Access) (driver.Window, error) {
+	return nil, fmt.Errorf("verbs: memory windows: %w", driver.ErrNotSupported)
+}
+
 // Register registers buf with ibv_reg_mr. buf may be Go heap memory or
 // memory from AllocRegion; doc.go explains why Go heap memory is safe here
 // and what the caller must guarantee (buf stays reachable, which the MR
