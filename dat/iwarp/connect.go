@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
 	"os"
 	"time"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
+	"github.com/rdmanet/rdmanet/dat/internal/provkit"
 	"github.com/rdmanet/rdmanet/dat/iwarp/internal/wire"
 )
 
@@ -20,7 +20,7 @@ import (
 // reported. On success the QP owns the TCP connection; the startup rule
 // then requires this side to send the first FPDU.
 func (q *QP) Connect(ctx context.Context, remote net.Addr, privateData []byte) (driver.ConnectResult, error) {
-	raddr, err := remoteTCPAddr(remote)
+	raddr, err := provkit.RemoteTCPAddr(remote)
 	if err != nil {
 		return driver.ConnectResult{}, fmt.Errorf("iwarp: connect %v: %w", remote, err)
 	}
@@ -37,27 +37,6 @@ func (q *QP) Connect(ctx context.Context, remote net.Addr, privateData []byte) (
 		return driver.ConnectResult{}, fmt.Errorf("%s: %w", prefix, err)
 	}
 	return res, nil
-}
-
-// remoteTCPAddr accepts a *net.TCPAddr or anything whose String is ip:port.
-func remoteTCPAddr(a net.Addr) (*net.TCPAddr, error) {
-	var ta *net.TCPAddr
-	switch v := a.(type) {
-	case *net.TCPAddr:
-		ta = v
-	case nil:
-		return nil, fmt.Errorf("no remote address: %w", driver.ErrInvalidAddress)
-	default:
-		ap, err := netip.ParseAddrPort(a.String())
-		if err != nil {
-			return nil, fmt.Errorf("remote address %q: %v: %w", a.String(), err, driver.ErrInvalidAddress)
-		}
-		ta = net.TCPAddrFromAddrPort(ap)
-	}
-	if ta.Port == 0 || ta.IP == nil || ta.IP.IsUnspecified() {
-		return nil, fmt.Errorf("remote address %v: need an IP and a non-zero port: %w", ta, driver.ErrInvalidAddress)
-	}
-	return ta, nil
 }
 
 // initiate runs the initiator side: TCP connect, MPA Request, MPA Reply.

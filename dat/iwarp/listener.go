@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-reuseport"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
+	"github.com/rdmanet/rdmanet/dat/internal/provkit"
 	"github.com/rdmanet/rdmanet/dat/iwarp/internal/wire"
 )
 
@@ -89,22 +90,14 @@ func (l *Listener) Addr() net.Addr { return l.tl.Addr() }
 // Accept returns the next connection request. It fails with ctx's error,
 // or with an error wrapping net.ErrClosed once the listener is closed.
 func (l *Listener) Accept(ctx context.Context) (driver.Request, error) {
-	select {
-	case r := <-l.ready:
-		l.mu.Lock()
-		closed := l.closed
-		l.mu.Unlock()
-		if closed {
-			// Close raced with us; requests not yet returned are refused.
-			_ = r.Abort()
-			return nil, fmt.Errorf("iwarp: accept: %w", net.ErrClosed)
-		}
-		return r, nil
-	case <-l.done:
-		return nil, fmt.Errorf("iwarp: accept: %w", net.ErrClosed)
-	case <-ctx.Done():
-		return nil, fmt.Errorf("iwarp: accept: %w", ctx.Err())
-	}
+	return provkit.AcceptQueued(ctx, "iwarp", l.ready, l.done, l.isClosed)
+}
+
+// isClosed reports whether Close has been called.
+func (l *Listener) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
 }
 
 // Close stops listening. TCP connections still in the MPA handshake and

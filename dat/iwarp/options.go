@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rdmanet/rdmanet/dat/driver"
+	"github.com/rdmanet/rdmanet/dat/internal/provkit"
 	"github.com/rdmanet/rdmanet/dat/iwarp/internal/wire"
 )
 
@@ -139,39 +139,15 @@ func parseTimeout(v string) (time.Duration, error) {
 // interface name (dat.conf entries such as "eth2 0" name a netdev), or a
 // spelling of "unspecified" (nil).
 func parseLocalIP(s string) (net.IP, error) {
-	switch s {
-	case "", "*":
+	if s == "" || s == "*" {
 		return nil, nil
 	}
-	if ip := net.ParseIP(s); ip != nil {
-		if ip.IsUnspecified() {
-			return nil, nil
-		}
-		return ip, nil
-	}
-	ifi, err := net.InterfaceByName(s)
+	ip, err := provkit.InterfaceIP(s)
 	if err != nil {
-		return nil, fmt.Errorf("iwarp: IA address %q is neither an IP nor an interface: %w", s, driver.ErrInvalidAddress)
+		return nil, fmt.Errorf("iwarp: %w", err)
 	}
-	addrs, err := ifi.Addrs()
-	if err != nil {
-		return nil, fmt.Errorf("iwarp: IA interface %q: %v: %w", s, err, driver.ErrInvalidAddress)
+	if ip.IsUnspecified() {
+		return nil, nil // listen everywhere, dial from anywhere
 	}
-	var v6 net.IP
-	for _, a := range addrs {
-		ipn, ok := a.(*net.IPNet)
-		if !ok {
-			continue
-		}
-		if v4 := ipn.IP.To4(); v4 != nil {
-			return v4, nil
-		}
-		if v6 == nil && !ipn.IP.IsLinkLocalUnicast() {
-			v6 = ipn.IP
-		}
-	}
-	if v6 != nil {
-		return v6, nil
-	}
-	return nil, fmt.Errorf("iwarp: IA interface %q has no usable address: %w", s, driver.ErrInvalidAddress)
+	return ip, nil
 }

@@ -12,11 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"sync"
 	"syscall"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
+	"github.com/rdmanet/rdmanet/dat/internal/provkit"
 )
 
 // Address and route resolution timeouts, in milliseconds (rdma_create_ep
@@ -130,7 +130,7 @@ func (q *QP) await(ctx context.Context, a *attempt) (cmEvent, error) {
 // TCP connection synchronously inside the kernel; ctx is checked again
 // once it returns.
 func (q *QP) Connect(ctx context.Context, remote net.Addr, privateData []byte) (driver.ConnectResult, error) {
-	raddr, err := remoteTCPAddr(remote)
+	raddr, err := provkit.RemoteTCPAddr(remote)
 	if err != nil {
 		return driver.ConnectResult{}, fmt.Errorf("verbs: connect %v: %w", remote, err)
 	}
@@ -280,25 +280,4 @@ func (ia *IA) receivedPD(b []byte) []byte {
 		return b[:ia.attr.MaxPrivateData]
 	}
 	return b
-}
-
-// remoteTCPAddr accepts a *net.TCPAddr or anything whose String is ip:port.
-func remoteTCPAddr(a net.Addr) (*net.TCPAddr, error) {
-	var ta *net.TCPAddr
-	switch v := a.(type) {
-	case *net.TCPAddr:
-		ta = v
-	case nil:
-		return nil, fmt.Errorf("no remote address: %w", driver.ErrInvalidAddress)
-	default:
-		ap, err := netip.ParseAddrPort(a.String())
-		if err != nil {
-			return nil, fmt.Errorf("remote address %q: %v: %w", a.String(), err, driver.ErrInvalidAddress)
-		}
-		ta = net.TCPAddrFromAddrPort(ap)
-	}
-	if ta.Port == 0 || ta.Port > 0xFFFF || ta.IP == nil || ta.IP.IsUnspecified() {
-		return nil, fmt.Errorf("remote address %v: need an IP and a port: %w", ta, driver.ErrInvalidAddress)
-	}
-	return ta, nil
 }

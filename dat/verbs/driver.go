@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
+	"github.com/rdmanet/rdmanet/dat/internal/provkit"
 )
 
 // Driver is the verbs provider. Its zero value is ready to use; package dat
@@ -43,35 +44,12 @@ func (Driver) Open(ctx context.Context, args []string) (driver.IA, error) {
 
 // resolveIAAddr turns an IP literal or interface name into the IA address.
 func resolveIAAddr(s string) (net.IP, error) {
-	if ip := net.ParseIP(s); ip != nil {
-		if ip.IsUnspecified() {
-			return nil, fmt.Errorf("verbs: open %s: an IA needs a specific address: %w", s, driver.ErrInvalidAddress)
-		}
-		return ip, nil
-	}
-	ifi, err := net.InterfaceByName(s)
+	ip, err := provkit.InterfaceIP(s)
 	if err != nil {
-		return nil, fmt.Errorf("verbs: open %s: not an IP address or interface: %v: %w", s, err, driver.ErrInvalidAddress)
+		return nil, fmt.Errorf("verbs: open %s: %w", s, err)
 	}
-	addrs, err := ifi.Addrs()
-	if err != nil {
-		return nil, fmt.Errorf("verbs: open %s: %v: %w", s, err, driver.ErrInvalidAddress)
+	if ip.IsUnspecified() {
+		return nil, fmt.Errorf("verbs: open %s: an IA needs a specific address: %w", s, driver.ErrInvalidAddress)
 	}
-	var v6 net.IP
-	for _, a := range addrs {
-		ipn, ok := a.(*net.IPNet)
-		if !ok {
-			continue
-		}
-		if v4 := ipn.IP.To4(); v4 != nil {
-			return v4, nil
-		}
-		if v6 == nil && ipn.IP.IsGlobalUnicast() {
-			v6 = ipn.IP
-		}
-	}
-	if v6 != nil {
-		return v6, nil
-	}
-	return nil, fmt.Errorf("verbs: open %s: interface has no usable address: %w", s, driver.ErrInvalidAddress)
+	return ip, nil
 }

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
+	"github.com/rdmanet/rdmanet/dat/internal/provkit"
 )
 
 // defaultBacklog applies when ListenConfig.Backlog is 0.
@@ -110,21 +111,14 @@ func (l *Listener) release() {
 // Accept returns the next connection request. It fails with ctx's error,
 // or with an error wrapping net.ErrClosed once the listener is closed.
 func (l *Listener) Accept(ctx context.Context) (driver.Request, error) {
-	select {
-	case r := <-l.ready:
-		l.mu.Lock()
-		closed := l.closed
-		l.mu.Unlock()
-		if closed {
-			_ = r.Abort()
-			return nil, fmt.Errorf("verbs: accept: %w", net.ErrClosed)
-		}
-		return r, nil
-	case <-l.done:
-		return nil, fmt.Errorf("verbs: accept: %w", net.ErrClosed)
-	case <-ctx.Done():
-		return nil, fmt.Errorf("verbs: accept: %w", ctx.Err())
-	}
+	return provkit.AcceptQueued(ctx, "verbs", l.ready, l.done, l.isClosed)
+}
+
+// isClosed reports whether Close has been called.
+func (l *Listener) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
 }
 
 // Close stops listening. Requests not yet returned by Accept are refused
