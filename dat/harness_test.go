@@ -1,6 +1,7 @@
 package dat_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -146,7 +147,7 @@ func connected(t testing.TB, client, server side, cpd, apd []byte) (cep, sep *da
 	require.NoError(t, ev.CR.CR.Accept(sep, apd))
 	waitFor(t, server.evd, dat.ConnectionEventEstablished)
 	est := waitFor(t, client.evd, dat.ConnectionEventEstablished)
-	require.Equal(t, len(apd), len(est.Conn.PrivateData))
+	requirePD(t, client.ia, apd, est.Conn.PrivateData)
 	return cep, sep, crp
 }
 
@@ -233,3 +234,30 @@ func mpaReply(reject bool, consumer []byte) []byte {
 // holdOpen keeps the connection open, reading and discarding, until the
 // peer closes it.
 func holdOpen(c net.Conn) { io.Copy(io.Discard, c) }
+
+// wirePD is the private data a peer receives when sent is sent over the
+// IA's transport. On iWARP (and on the iwarp provider) that is sent
+// exactly. IB and RoCE connection messages have a fixed-size private-data
+// field and no length, so the receiver gets the whole field: sent
+// zero-padded to MaxPrivateDataSize (as in DAPL's openib_cma provider).
+func wirePD(t testing.TB, ia *dat.IA, sent []byte) []byte {
+	t.Helper()
+	a, p, err := ia.Query()
+	require.NoError(t, err)
+	switch a.Transport {
+	case "ib", "roce":
+		require.LessOrEqual(t, len(sent), p.MaxPrivateDataSize)
+		return append(append([]byte{}, sent...), make([]byte, p.MaxPrivateDataSize-len(sent))...)
+	}
+	if len(sent) == 0 {
+		return nil
+	}
+	return sent
+}
+
+// requirePD checks that got is what a peer receives when sent is sent
+// over the IA's transport (wirePD).
+func requirePD(t testing.TB, ia *dat.IA, sent, got []byte) {
+	t.Helper()
+	require.True(t, bytes.Equal(wirePD(t, ia, sent), got), "private data: sent %q, got %q", sent, got)
+}

@@ -213,7 +213,7 @@ func TestSeedCreateWithoutPZ(t *testing.T) {
 	require.NoError(t, ep.Modify(dat.FieldPZ, &p))
 	require.NoError(t, ep.Connect(loopback, psp.Qual(), dat.TimeoutInfinite, nil, dat.QoSBestEffort, dat.ConnectDefault))
 	ev := waitFor(t, s.evd, dat.ConnectionRequestEvent)
-	require.NoError(t, ev.CR.CR.Reject(nil))
+	require.NoError(t, ev.CR.CR.Reject([]byte("no")))
 	waitFor(t, c.evd, dat.ConnectionEventPeerRejected)
 }
 

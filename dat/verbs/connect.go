@@ -36,7 +36,8 @@ type attempt struct {
 	abort     chan struct{}
 	abortOnce sync.Once
 	done      chan struct{}
-	cancelled bool // guarded by QP.mu
+	cancelled bool  // guarded by QP.mu
+	broken    error // guarded by QP.mu: a QP error event that came before finish
 }
 
 func (a *attempt) cancel() {
@@ -72,6 +73,11 @@ func (q *QP) finish(a *attempt, err error) error {
 		q.state = qpConnected
 		if c := q.conn; c != nil {
 			q.local, q.remote = idAddr(c.id, false), idAddr(c.id, true)
+		}
+		if a.broken != nil {
+			// The device failed the QP between ESTABLISHED and now
+			// (e.g. the peer's first request violated our access).
+			q.lostLocked(a.broken)
 		}
 	drain:
 		for q.state == qpConnected {

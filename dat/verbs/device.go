@@ -21,7 +21,8 @@ type device struct {
 	ctx   *C.struct_ibv_context
 	refs  int // guarded by devices.mu
 	loop  *fdLoop
-	batch []C.struct_shim_async_event // owned by the loop
+	mu    sync.Mutex                  // serialises fetch and dispatch (loop and drain)
+	batch []C.struct_shim_async_event // guarded by mu
 }
 
 var devices struct {
@@ -70,6 +71,12 @@ func (d *device) release() {
 }
 
 func (d *device) fetch() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.fetchLocked()
+}
+
+func (d *device) fetchLocked() bool {
 	for {
 		var ev C.struct_shim_async_event
 		if rc := C.shim_next_async_event(d.ctx, &ev); rc != 0 {
@@ -83,6 +90,23 @@ func (d *device) fetch() bool {
 }
 
 func (d *device) dispatch() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.dispatchLocked()
+}
+
+// drain takes and dispatches the events queued on the async fd now, for a
+// caller that must see them before acting on an event of another fd.
+func (d *device) drain() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.fetchLocked()
+	d.dispatchLocked()
+}
+
+// dispatchLocked hands the batch to the events' owners. Owners only take
+// their own locks, never d.mu.
+func (d *device) dispatchLocked() {
 	batch := d.batch
 	d.batch = nil
 	for _, ev := range batch {

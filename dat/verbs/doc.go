@@ -135,6 +135,11 @@
 //
 // SharePort (rdma_cm cannot share a port between listeners) and memory
 // windows (the contract has no bind call) return driver.ErrNotSupported.
+// A remote access error breaks the connection at the target (a QP async
+// event, or on rxe the QP found in the error state when DISCONNECTED
+// arrives). At an iWARP initiator kernel siw completes the RDMA Write
+// successfully and reports the target's TERMINATE as a plain DISCONNECTED
+// with no QP event, so that side sees DISCONNECTED rather than BROKEN.
 // Verbs work completions do not say whether a Send carried the solicited
 // event bit, so every successful receive reports Solicited: a
 // SOLICITED_WAIT EVD in package dat is woken by every receive rather than

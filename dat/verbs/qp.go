@@ -8,6 +8,7 @@ package verbs
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -222,6 +223,21 @@ func (q *QP) Close() error {
 
 // cmEvent receives the events of the current connection's id.
 func (q *QP) cmEvent(ev *cmEvent) {
+	if ev.typ == cmDisconnected {
+		// A device error that ends the connection (an async QP error
+		// event, a failed work completion) is queued before the
+		// DISCONNECTED it causes, but on other fds whose loops may run
+		// later: take them first, so that a broken connection is not
+		// reported as a clean disconnect.
+		if q.ia.dev != nil {
+			q.ia.dev.drain()
+		}
+		q.cqMu.Lock()
+		if q.cq != nil {
+			q.pollLocked()
+		}
+		q.cqMu.Unlock()
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	c := q.conn
@@ -248,6 +264,13 @@ func (q *QP) cmEvent(ev *cmEvent) {
 func (q *QP) connEventLocked(ev *cmEvent) {
 	switch ev.typ {
 	case cmDisconnected:
+		if c := q.conn; c.qp != nil && C.shim_qp_in_error(c.qp) != 0 {
+			// This side has not moved the QP to the error state (it
+			// is connected), so the device has: a remote access
+			// error, say, which rxe reports with no async event.
+			q.lostLocked(errors.New("verbs: connection broken: the device moved the QP to the error state"))
+			return
+		}
 		q.lostLocked(nil)
 	case cmDeviceRemoval:
 		q.lostLocked(fmt.Errorf("verbs: connection lost: %w", ev.err()))
@@ -258,9 +281,15 @@ func (q *QP) connEventLocked(ev *cmEvent) {
 func (q *QP) asyncEvent(t C.enum_ibv_event_type) {
 	switch t {
 	case C.IBV_EVENT_QP_FATAL, C.IBV_EVENT_QP_REQ_ERR, C.IBV_EVENT_QP_ACCESS_ERR, C.IBV_EVENT_CQ_ERR:
+		err := fmt.Errorf("verbs: connection broken: %s", asyncEventName(t))
 		q.mu.Lock()
-		if q.state == qpConnected {
-			q.lostLocked(fmt.Errorf("verbs: connection broken: %s", asyncEventName(t)))
+		switch {
+		case q.state == qpConnected:
+			q.lostLocked(err)
+		case q.state == qpConnecting && q.attempt != nil && q.attempt.broken == nil:
+			// The attempt has seen ESTABLISHED (the QP is past RTR) but
+			// has not finished yet: finish reports it broken.
+			q.attempt.broken = err
 		}
 		q.mu.Unlock()
 	}

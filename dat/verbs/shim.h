@@ -333,6 +333,16 @@ static inline int shim_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struc
 
 static inline struct ibv_qp *shim_id_qp(struct rdma_cm_id *id) { return id->qp; }
 
+// shim_qp_in_error reports whether the QP is in the error state (0 if it
+// is not or the device cannot say).
+static inline int shim_qp_in_error(struct ibv_qp *qp) {
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr i;
+	if (ibv_query_qp(qp, &a, IBV_QP_STATE, &i))
+		return 0;
+	return a.qp_state == IBV_QPS_ERR;
+}
+
 static inline int shim_qp_to_error(struct ibv_qp *qp) {
 	struct ibv_qp_attr a;
 	memset(&a, 0, sizeof a);

@@ -157,9 +157,7 @@ if [ -n "$PLAN" ] && [ -s "$PLAN" ]; then
 		run_go "$name" "$dir" "$bin"
 		case $dir in
 		*/dat)
-			# Opt-in until the verbs provider passes the whole suite (see
-			# the project notes for what still fails there).
-			[ "${RDMANET_VM_DAT_VERBS:-0}" = 1 ] || continue
+			[ "${RDMANET_VM_DAT_VERBS:-1}" = 1 ] || continue
 			dat_on_verbs "$name" "$dir" "$bin" rxe0 "$RXE"
 			dat_on_verbs "$name" "$dir" "$bin" siw0 "$SIW"
 			;;
