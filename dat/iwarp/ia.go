@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
+	"github.com/rdmanet/rdmanet/dat/internal/provkit"
 )
 
 // Software limits reported by IA.Attr. Nothing in a pure-Go stack is a
@@ -29,8 +30,8 @@ type IA struct {
 
 	mu        sync.Mutex
 	closed    bool
-	qps       map[*QP]struct{}
-	listeners map[*Listener]struct{}
+	qps       provkit.Set[*QP]
+	listeners provkit.Set[*Listener]
 }
 
 var _ driver.IA = (*IA)(nil)
@@ -41,11 +42,9 @@ func newIA(o options) *IA {
 		local.IP = net.IPv4zero
 	}
 	return &IA{
-		opts:      o,
-		local:     local,
-		stags:     newSTagTable(maxMRs),
-		qps:       make(map[*QP]struct{}),
-		listeners: make(map[*Listener]struct{}),
+		opts:  o,
+		local: local,
+		stags: newSTagTable(maxMRs),
 	}
 }
 
@@ -102,11 +101,11 @@ func (ia *IA) CreateQP(cfg driver.QPConfig, h driver.QPHandler) (driver.QP, erro
 	if ia.closed {
 		return nil, errIAClosed
 	}
-	if len(ia.qps) >= maxQPs {
-		return nil, fmt.Errorf("iwarp: create QP: %d QPs exist: %w", len(ia.qps), driver.ErrResources)
+	if n := ia.qps.Len(); n >= maxQPs {
+		return nil, fmt.Errorf("iwarp: create QP: %d QPs exist: %w", n, driver.ErrResources)
 	}
 	q := newQP(ia, cfg, h)
-	ia.qps[q] = struct{}{}
+	ia.qps.Add(q) // cannot fail: Close takes ia.mu before closing the set
 	return q, nil
 }
 
@@ -168,14 +167,10 @@ func (ia *IA) Listen(cfg driver.ListenConfig) (driver.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	ia.mu.Lock()
-	if ia.closed {
-		ia.mu.Unlock()
+	if !ia.listeners.Add(l) {
 		l.Close()
 		return nil, errIAClosed
 	}
-	ia.listeners[l] = struct{}{}
-	ia.mu.Unlock()
 	return l, nil
 }
 
@@ -189,35 +184,15 @@ func (ia *IA) Close() error {
 		return nil
 	}
 	ia.closed = true
-	ls := make([]*Listener, 0, len(ia.listeners))
-	for l := range ia.listeners {
-		ls = append(ls, l)
-	}
-	qs := make([]*QP, 0, len(ia.qps))
-	for q := range ia.qps {
-		qs = append(qs, q)
-	}
 	ia.mu.Unlock()
-	for _, l := range ls {
-		l.Close()
-	}
-	for _, q := range qs {
-		q.Close()
-	}
+	ia.listeners.CloseAll()
+	ia.qps.CloseAll()
 	return nil
 }
 
-func (ia *IA) forgetQP(q *QP) {
-	ia.mu.Lock()
-	delete(ia.qps, q)
-	ia.mu.Unlock()
-}
+func (ia *IA) forgetQP(q *QP) { ia.qps.Remove(q) }
 
-func (ia *IA) forgetListener(l *Listener) {
-	ia.mu.Lock()
-	delete(ia.listeners, l)
-	ia.mu.Unlock()
-}
+func (ia *IA) forgetListener(l *Listener) { ia.listeners.Remove(l) }
 
 // errIAClosed is returned by every creation call after Close.
 var errIAClosed = fmt.Errorf("iwarp: IA closed: %w", net.ErrClosed)

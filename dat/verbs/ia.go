@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
+	"github.com/rdmanet/rdmanet/dat/internal/provkit"
 )
 
 // IA is an open interface adapter: one local address, the RDMA device
@@ -42,8 +43,8 @@ type IA struct {
 
 	mu        sync.Mutex
 	closed    bool
-	qps       map[*QP]struct{}
-	listeners map[*Listener]struct{}
+	qps       provkit.Set[*QP]
+	listeners provkit.Set[*Listener]
 }
 
 var _ driver.IA = (*IA)(nil)
@@ -51,7 +52,7 @@ var _ driver.IA = (*IA)(nil)
 // openIA binds an rdma_cm id to ip to find its device, queries the device
 // and starts the IA's event loops.
 func openIA(ip net.IP) (_ *IA, err error) {
-	ia := &IA{ip: ip, qps: make(map[*QP]struct{}), listeners: make(map[*Listener]struct{})}
+	ia := &IA{ip: ip}
 	defer func() {
 		if err != nil {
 			ia.release()
@@ -152,7 +153,7 @@ func (ia *IA) CreateQP(cfg driver.QPConfig, h driver.QPHandler) (driver.QP, erro
 		return nil, errIAClosed
 	}
 	q := newQP(ia, cfg, h)
-	ia.qps[q] = struct{}{}
+	ia.qps.Add(q) // cannot fail: Close takes ia.mu before closing the set
 	return q, nil
 }
 
@@ -211,14 +212,10 @@ func (ia *IA) Listen(cfg driver.ListenConfig) (driver.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	ia.mu.Lock()
-	if ia.closed {
-		ia.mu.Unlock()
+	if !ia.listeners.Add(l) {
 		l.Close()
 		return nil, errIAClosed
 	}
-	ia.listeners[l] = struct{}{}
-	ia.mu.Unlock()
 	return l, nil
 }
 
@@ -232,21 +229,9 @@ func (ia *IA) Close() error {
 		return nil
 	}
 	ia.closed = true
-	ls := make([]*Listener, 0, len(ia.listeners))
-	for l := range ia.listeners {
-		ls = append(ls, l)
-	}
-	qs := make([]*QP, 0, len(ia.qps))
-	for q := range ia.qps {
-		qs = append(qs, q)
-	}
 	ia.mu.Unlock()
-	for _, l := range ls {
-		l.Close()
-	}
-	for _, q := range qs {
-		q.Close()
-	}
+	ia.listeners.CloseAll()
+	ia.qps.CloseAll()
 	ia.release()
 	return nil
 }
@@ -260,17 +245,9 @@ func (ia *IA) live() error {
 	return nil
 }
 
-func (ia *IA) forgetQP(q *QP) {
-	ia.mu.Lock()
-	delete(ia.qps, q)
-	ia.mu.Unlock()
-}
+func (ia *IA) forgetQP(q *QP) { ia.qps.Remove(q) }
 
-func (ia *IA) forgetListener(l *Listener) {
-	ia.mu.Lock()
-	delete(ia.listeners, l)
-	ia.mu.Unlock()
-}
+func (ia *IA) forgetListener(l *Listener) { ia.listeners.Remove(l) }
 
 // logf reports conditions nobody can act on (unexpected C errors in event
 // loops). It is silent unless RDMANET_VERBS_DEBUG is set.

@@ -80,3 +80,28 @@ func TestAcceptQueued(t *testing.T) {
 		t.Fatalf("done: %v", err)
 	}
 }
+
+// closer counts Close calls and removes itself from its set, as provider
+// objects do.
+type closer struct {
+	set    *Set[*closer]
+	closed int
+}
+
+func (c *closer) Close() error { c.closed++; c.set.Remove(c); return nil }
+
+func TestSet(t *testing.T) {
+	var s Set[*closer]
+	a, b := &closer{set: &s}, &closer{set: &s}
+	if !s.Add(a) || !s.Add(b) || s.Len() != 2 {
+		t.Fatal("adds before CloseAll")
+	}
+	s.Remove(b)
+	s.CloseAll()
+	if a.closed != 1 || b.closed != 0 || s.Len() != 0 {
+		t.Fatalf("CloseAll closed a %d times, b %d times; %d left", a.closed, b.closed, s.Len())
+	}
+	if s.Add(&closer{set: &s}) {
+		t.Fatal("Add after CloseAll succeeded")
+	}
+}
