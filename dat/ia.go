@@ -207,10 +207,7 @@ func (ia *IA) Close(flags CloseFlags) error {
 	crs := keys(ia.crs)
 	var windows []driver.Window
 	for r := range ia.rmrs {
-		r.freed = true
-		if w := r.unbindLocked(); w != nil {
-			windows = append(windows, w)
-		}
+		windows = append(windows, r.releaseLocked())
 	}
 	for _, ep := range eps {
 		ep.destroyLocked()

@@ -26,6 +26,8 @@ func providerError(op string, err error) error {
 		code = ClassError | InvalidState
 	case errors.Is(err, driver.ErrInvalidAddress):
 		code = ClassError | InvalidAddress
+	case errors.Is(err, driver.ErrAccessRefused):
+		code = ClassError | PrivilegesViolation
 	case errors.Is(err, driver.ErrUnreachable):
 		code = ClassError | InvalidAddress | Return(AddressUnreachable)
 	case errors.Is(err, context.DeadlineExceeded):

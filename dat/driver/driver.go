@@ -57,22 +57,32 @@ type PD interface {
 	// The memory must stay valid (and, for Go memory, reachable) until the
 	// MR is closed; package dat keeps the slice alive.
 	Register(buf []byte, access Access) (MR, error)
-	// BindWindow binds a memory window (DAT RMR) over [addr, addr+length)
-	// of mr, a region of this PD, granting peers the remote rights in
-	// access. The window's RKey names that range and nothing else of mr.
-	// Providers without memory windows return an error wrapping
-	// ErrNotSupported. Package dat keeps mr registered while the window is
-	// bound.
-	BindWindow(mr MR, addr, length uint64, access Access) (Window, error)
+	// AllocWindow allocates an unbound memory window (DAT RMR) in this
+	// PD. Providers without memory windows return an error wrapping
+	// ErrNotSupported. Windows are bound through a QP: see
+	// QP.BindWindow.
+	AllocWindow() (Window, error)
 	// Close frees the PD. Package dat guarantees nothing uses it any more.
 	Close() error
 }
 
-// Window is a bound memory window.
+// Window is a memory window: a remote key of its own that exposes part
+// of a registered region to peers, with rights of its own, and can be
+// moved or withdrawn without touching the region.
+//
+// Why windows are allocated on the PD and bound on the QP: verbs binds
+// a window by posting a work request to a queue pair (ibv_bind_mw posts
+// a type 1 bind to the send queue, and the binding exists only once its
+// completion arrives), while the window itself, like DAT's RMR, lives
+// in a protection domain from dat_rmr_create to dat_rmr_free, bound or
+// not. dat_rmr_bind names an EP for the same reason. So the PD creates
+// windows, the QP binds them, and Close frees them without any QP.
 type Window interface {
-	// RKey is the remote key (DAT rmr_context) peers use for the window.
-	RKey() uint32
-	// Close unbinds the window: its RKey stops working at once.
+	// Binding reports the window's current binding: its remote key, and
+	// ok false when the window is unbound.
+	Binding() (rkey uint32, ok bool)
+	// Close frees the window; a binding ends at once: its remote key
+	// stops working. It is idempotent.
 	Close() error
 }
 
@@ -156,6 +166,26 @@ type QP interface {
 	// PostSend posts a send-side work request (Send, RDMA Write, RDMA
 	// Read), with the same completion and ownership rules as PostRecv.
 	PostSend(wr SendWR) error
+	// BindWindow binds w, a window of the QP's PD, over [addr,
+	// addr+length) of mr (a region of the same PD), granting peers the
+	// remote rights in access, and returns the window's new remote key.
+	// A nil mr with length 0 unbinds the window (and returns 0). Either
+	// way the previous binding's key stops working.
+	//
+	// The bind goes through this QP, which must be connected (an error
+	// wrapping ErrNotConnected otherwise), and BindWindow returns only
+	// once the binding is in effect or has failed, within a bounded time.
+	// It is not a work request in PostSend's sense: it produces no
+	// Completion, and the completions of the requests posted around it
+	// keep their order and pairing. Package dat validates the range and
+	// rights against the LMR; the provider may leave further checks to
+	// the device.
+	//
+	// On error the window either keeps its previous binding or is left
+	// unbound (a device that failed a bind may have changed it);
+	// w.Binding reports which. Providers without memory windows return
+	// an error wrapping ErrNotSupported.
+	BindWindow(w Window, mr MR, addr, length uint64, access Access) (rkey uint32, err error)
 	// Close destroys the QP, flushing anything still posted.
 	Close() error
 }

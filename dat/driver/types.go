@@ -226,6 +226,9 @@ var (
 	ErrNotConnected = errors.New("queue pair not connected")
 	// ErrInvalidAddress: the address cannot be used (DAT_INVALID_ADDRESS).
 	ErrInvalidAddress = errors.New("invalid address")
+	// ErrAccessRefused: the adapter refused a memory window bind over
+	// the region, range or rights asked for (DAT_PRIVILEGES_VIOLATION).
+	ErrAccessRefused = errors.New("memory access refused by the adapter")
 )
 
 // RejectError reports that the peer consumer refused a connection; it

@@ -29,11 +29,21 @@ const (
 // scratch array (QP.sges); no common device allows more.
 const maxSGE = 32
 
-// devLimits are device limits that IAAttr has no field for.
+// devLimits are device limits and traits that IAAttr has no field for.
 type devLimits struct {
 	maxCQE    int // entries of one CQ
 	maxSRQSGE int // SGEs of one SRQ receive
+	// windowBoundsByRegion: the device checks an access through a
+	// window against the region the window is bound to, not against the
+	// window's own range, so windows are bound over an exact-range
+	// registration of their own (window.go).
+	windowBoundsByRegion bool
 }
+
+// rxeVendorID is the vendor_id of the kernel's soft-RoCE driver (rxe).
+// Device names are chosen by whoever adds the link, so the name cannot
+// tell.
+const rxeVendorID = 0xffffff
 
 // queryAttr derives the IA attributes from ibv_query_device and
 // ibv_query_port.
@@ -52,13 +62,11 @@ func queryAttr(ctx *C.struct_ibv_context, port uint8) (driver.IAAttr, devLimits,
 		MaxMessageSize: uint32(pa.max_msg_sz),
 		MaxRDMASize:    uint32(pa.max_msg_sz),
 		// rdma_conn_param carries the depths in a byte.
-		MaxIRD:    min(int(da.max_qp_rd_atom), 255),
-		MaxORD:    min(int(da.max_qp_init_rd_atom), 255),
-		MaxMR:     int(da.max_mr),
-		MaxMRSize: uint64(da.max_mr_size),
-		// ibv_mw binding is not implemented yet (PD.BindWindow says so), so
-		// no device offers windows through this provider.
-		MemoryWindows: false,
+		MaxIRD:        min(int(da.max_qp_rd_atom), 255),
+		MaxORD:        min(int(da.max_qp_init_rd_atom), 255),
+		MaxMR:         int(da.max_mr),
+		MaxMRSize:     uint64(da.max_mr_size),
+		MemoryWindows: hasType1Windows(&da),
 		// The IB spec leaves it to the device whether an SRQ may serve
 		// QPs of another PD; say no, which every device honours.
 		SRQPDDifference: false,
@@ -83,5 +91,16 @@ func queryAttr(ctx *C.struct_ibv_context, port uint8) (driver.IAAttr, devLimits,
 		a.MaxPrivateData = maxPrivateDataIB
 	}
 	lim := devLimits{maxCQE: int(da.max_cqe), maxSRQSGE: min(int(da.max_srq_sge), maxSGE)}
+	// Measured on Debian 12's 6.1 kernel: an RDMA Write through an rxe
+	// window's key lands anywhere in the window's region, even wholly
+	// outside the window (the responder checks the region's range only).
+	lim.windowBoundsByRegion = a.MemoryWindows && da.vendor_id == rxeVendorID
 	return a, lim, nil
+}
+
+// hasType1Windows reports whether the device has type 1 memory windows,
+// the kind RMRs use (window.go): IBV_DEVICE_MEM_WINDOW and a nonzero
+// max_mw. rxe has them; siw has no windows at all (max_mw 0).
+func hasType1Windows(da *C.struct_ibv_device_attr) bool {
+	return da.max_mw > 0 && da.device_cap_flags&C.IBV_DEVICE_MEM_WINDOW != 0
 }

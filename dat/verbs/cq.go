@@ -69,6 +69,7 @@ func (q *QP) pollLocked() {
 		q.mu.Lock()
 		for i := 0; i < n; i++ {
 			q.completeLocked(&q.wcs[i])
+			q.replayEarlyLocked()
 		}
 		if q.progress != nil {
 			close(q.progress)
@@ -111,12 +112,23 @@ func (q *QP) completeLocked(wc *C.struct_shim_wc) {
 		}
 		e := w.front()
 		if e == nil || e.state != wrPosted || e.seq != wrid&wrSeqMask {
-			// Cannot happen on an RC QP (completions come in post order);
-			// never pair a completion with the wrong cookie.
-			q.ia.logf("out-of-order completion %#x", wrid)
+			// siw completes a Send or Write ahead of an earlier Read: it
+			// is paired when its turn comes (reorder.go). Never pair a
+			// completion with the wrong cookie.
+			if !q.holdEarlyLocked(w, wc) {
+				q.ia.logf("completion %#x for no posted request", wrid)
+			}
 			return
 		}
 		ent := w.pop()
+		if ent.bind != nil {
+			// A window bind's completion (IBV_WC_BIND_MW, or its
+			// error): the provider's, not a DTO's. Popping it in turn
+			// keeps the requests around it paired.
+			ent.bind.finish(uint32(wc.status))
+			q.releaseFlushedLocked(w)
+			break
+		}
 		c = driver.Completion{Cookie: ent.cookie, Op: ent.op, Status: st, Signaled: ent.signaled || st != driver.StatusSuccess}
 		if st == driver.StatusSuccess {
 			c.Length = ent.length
@@ -165,12 +177,20 @@ func (q *QP) flushLocked(w *wrQueue, e wrEntry) {
 func (q *QP) flushAllLocked() {
 	for _, w := range []*wrQueue{&q.sq, &q.rq} {
 		for w.len() > 0 {
-			q.deliverFlushed(w.pop())
+			// A request the device completed early keeps its status.
+			if !q.replayEarlyLocked() {
+				q.deliverFlushed(w.pop())
+			}
 		}
 	}
+	q.early = nil
 }
 
 func (q *QP) deliverFlushed(e wrEntry) {
+	if e.bind != nil {
+		e.bind.finish(C.IBV_WC_WR_FLUSH_ERR)
+		return
+	}
 	q.events.completion(driver.Completion{Cookie: e.cookie, Op: e.op, Status: driver.StatusFlushed, Signaled: true})
 }
 
@@ -187,8 +207,9 @@ func wcStatus(s C.uint32_t) driver.Status {
 	case C.IBV_WC_LOC_QP_OP_ERR:
 		return driver.StatusLocalEP
 	case C.IBV_WC_LOC_PROT_ERR, C.IBV_WC_LOC_ACCESS_ERR, C.IBV_WC_LOC_RDD_VIOL_ERR, C.IBV_WC_MW_BIND_ERR:
-		// DAT's RMR_OPERATION_FAILED for MW_BIND_ERR has no driver
-		// status; memory windows are not offered (QP has no bind call).
+		// MW_BIND_ERR belongs to a window bind, whose completion never
+		// becomes a driver.Completion (bind.go maps it); here only for
+		// completeness.
 		return driver.StatusLocalProtection
 	case C.IBV_WC_BAD_RESP_ERR:
 		return driver.StatusBadResponse

@@ -83,6 +83,10 @@
 // queue keeps a FIFO of what was posted (cookie, opcode, requested flag,
 // length); wr_id carries the queue and a sequence number, which is checked
 // against the FIFO head, because a failed work completion has no opcode.
+// Kernel siw completes a Send or Write ahead of an RDMA Read posted before
+// it (the Read completes when its Response arrives); such a completion is
+// held until every earlier request has completed (reorder.go), so the
+// handler still sees post order.
 // A request posted on a dead connection completes flushed only after the
 // device completed everything ahead of it; teardown moves the QP to the
 // error state, waits for the device's flushes (bounded), and completes
@@ -131,11 +135,35 @@
 // 56 bytes, i.e. the sender's bytes zero-padded to 56. iWARP data arrives
 // exactly.
 //
+// # Memory windows
+//
+// DAT RMRs are type 1 ibv_mw windows, offered when the device has them
+// (IBV_DEVICE_MEM_WINDOW and max_mw > 0: rxe yes, siw no, so there
+// IAAttr.MemoryWindows is false and package dat answers
+// DAT_MODEL_NOT_SUPPORTED). Every region is then registered with
+// IBV_ACCESS_MW_BIND. PD.AllocWindow is ibv_alloc_mw, Window.Close
+// ibv_dealloc_mw (the key dies at once, no QP needed), and
+// QP.BindWindow posts ibv_bind_mw to the connection's send queue (a
+// zero-length bind unbinds) and waits for its completion, bounded by
+// bindTimeout. The bind has an entry in the send FIFO like any request,
+// so completion pairing is undisturbed, but its completion is consumed
+// by the waiting BindWindow and never reaches the handler; it counts
+// against MaxSendWR, as DAT counts binds among max_request_dtos. A bind
+// the device refuses (IBV_WC_MW_BIND_ERR) breaks the connection like
+// any failed request; after a failed, flushed or timed-out bind the
+// window's state is unknown, so it is deallocated and replaced by a
+// fresh, unbound one.
+//
+// rxe (6.1, measured) checks an access through a window's key against the
+// whole region the window is bound to, not against the window: a Write
+// lands anywhere in the LMR. On rxe (vendor_id 0xffffff) each binding is
+// therefore made over a registration of exactly the window's range,
+// without remote rights of its own, deregistered when the binding ends.
+//
 // # Not supported
 //
-// SharePort (rdma_cm cannot share a port between listeners) and memory
-// windows (the contract has no bind call) return driver.ErrNotSupported.
-// A remote access error breaks the connection at the target (a QP async
+// SharePort (rdma_cm cannot share a port between listeners) returns
+// driver.ErrNotSupported. A remote access error breaks the connection at the target (a QP async
 // event, or on rxe the QP found in the error state when DISCONNECTED
 // arrives). At an iWARP initiator kernel siw completes the RDMA Write
 // successfully and reports the target's TERMINATE as a plain DISCONNECTED

@@ -33,6 +33,8 @@ func TestOpenAttr(t *testing.T) {
 				if a.MemoryWindows {
 					t.Error("siw reports memory windows")
 				}
+			} else if !a.MemoryWindows {
+				t.Error("rxe reports no memory windows (it has type 1 ibv_mw)")
 			}
 			if a.MaxPrivateData != wantPD {
 				t.Errorf("MaxPrivateData %d, want %d", a.MaxPrivateData, wantPD)

@@ -43,13 +43,6 @@ func accessFlags(a driver.Access) C.int {
 	return f
 }
 
-// BindWindow is not implemented: ibv_mw binding is future work, and siw
-// has no memory windows at all. Package dat reports
-// DAT_MODEL_NOT_SUPPORTED.
-func (pd *PD) BindWindow(driver.MR, uint64, uint64, driver.Access) (driver.Window, error) {
-	return nil, fmt.Errorf("verbs: memory windows: %w", driver.ErrNotSupported)
-}
-
 // Register registers buf with ibv_reg_mr. buf may be Go heap memory or
 // memory from AllocRegion; doc.go explains why Go heap memory is safe here
 // and what the caller must guarantee (buf stays reachable, which the MR
@@ -68,7 +61,14 @@ func (pd *PD) Register(buf []byte, access driver.Access) (driver.MR, error) {
 	// value. Validity comes from the MR holding buf (below) and from
 	// Go's non-moving heap, not from cgo's pointer passing.
 	va := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
-	mr, err := C.shim_reg_mr(pd.pd, C.uintptr_t(va), C.size_t(len(buf)), accessFlags(access))
+	flags := accessFlags(access)
+	if pd.ia.attr.MemoryWindows {
+		// Any region may get a window bound over it (C10-73: only one
+		// registered with MW_BIND), and registration is the only time
+		// to say so.
+		flags |= C.IBV_ACCESS_MW_BIND
+	}
+	mr, err := C.shim_reg_mr(pd.pd, C.uintptr_t(va), C.size_t(len(buf)), flags)
 	if mr == nil {
 		return nil, fmt.Errorf("verbs: ibv_reg_mr(%d bytes): %v: %w", len(buf), err, driver.ErrResources)
 	}

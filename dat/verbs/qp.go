@@ -80,6 +80,11 @@ type QP struct {
 	progress chan struct{}            // closed after each CQ batch, for waitIdle
 	local    net.Addr
 	remote   net.Addr
+
+	// early holds completions the device reported ahead of an earlier
+	// request of their queue, until their turn (reorder.go); guarded by
+	// mu.
+	early []C.struct_shim_wc
 }
 
 var _ driver.QP = (*QP)(nil)

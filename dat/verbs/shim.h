@@ -262,6 +262,43 @@ static inline struct ibv_mr *shim_reg_mr(struct ibv_pd *pd, uintptr_t addr, size
 	return ibv_reg_mr(pd, (void *)addr, len, access);
 }
 
+// ---------------------------------------------------------------- memory windows
+
+// Type 1 windows only: they belong to the PD (any QP of it may use a bound
+// one, DAT's RMR scope PZ) and ibv_bind_mw rebinds them in place.
+static inline struct ibv_mw *shim_alloc_mw(struct ibv_pd *pd) { return ibv_alloc_mw(pd, IBV_MW_TYPE_1); }
+
+static inline int shim_dealloc_mw(struct ibv_mw *mw) { return shim_ret(ibv_dealloc_mw(mw)); }
+
+// shim_bind_mw posts to qp a bind of mw over [addr, addr+len) of mr with
+// the remote rights in access; len 0 unbinds. Go passes the region the
+// window is bound to even then: ibv_bind_mw allows a NULL mr for a
+// zero-length bind, but nothing obliges a provider's bind_mw to check for
+// it, and a region is always at hand. On success *rkey is the key the
+// window has once the bind completes. ibv_bind_mw writes that key into
+// mw->rkey at once; if the post fails the old key is put back, as
+// ibv_bind_mw(3) asks, so mw->rkey keeps naming what the device has.
+static inline int shim_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t wr_id, struct ibv_mr *mr,
+                               uint64_t addr, uint64_t len, int access, uint32_t *rkey) {
+	struct ibv_mw_bind b;
+	uint32_t old = mw->rkey;
+	int rc;
+	memset(&b, 0, sizeof b);
+	b.wr_id = wr_id;
+	b.send_flags = IBV_SEND_SIGNALED;
+	b.bind_info.mr = mr;
+	b.bind_info.addr = addr;
+	b.bind_info.length = len;
+	b.bind_info.mw_access_flags = (unsigned int)access;
+	rc = shim_ret(ibv_bind_mw(qp, mw, &b));
+	if (rc) {
+		mw->rkey = old;
+		return rc;
+	}
+	*rkey = mw->rkey;
+	return 0;
+}
+
 // ---------------------------------------------------------------- CQ
 
 static inline struct ibv_cq *shim_create_cq(struct ibv_context *ctx, int cqe, uintptr_t key, struct ibv_comp_channel *ch) {

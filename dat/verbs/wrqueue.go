@@ -39,12 +39,17 @@ type wrEntry struct {
 	length   uint32 // bytes the request moves (send side)
 	state    wrState
 	sges     []driver.SGE // pending receives only; reused across entries
+	// bind is set for a window bind (bind.go): the provider's own
+	// request, whose completion goes to the waiting BindWindow instead of
+	// the handler.
+	bind *bindWait
 }
 
 // wrQueue is a FIFO of work requests in post order: a reliable-connected
-// queue completes in that order (flushes included), which is exactly the
-// pairing package dat relies on. It is a growable ring so that entries,
-// and their SGE slices, are reused without allocation.
+// queue completes in that order (flushes included; siw's early Send and
+// Write completions are held until it is their turn, reorder.go), which is
+// exactly the pairing package dat relies on. It is a growable ring so that
+// entries, and their SGE slices, are reused without allocation.
 type wrQueue struct {
 	buf    []wrEntry
 	head   int
@@ -87,6 +92,7 @@ func (w *wrQueue) front() *wrEntry {
 func (w *wrQueue) pop() wrEntry {
 	e := w.buf[w.head]
 	w.buf[w.head].sges = e.sges[:0]
+	w.buf[w.head].bind = nil
 	w.head = (w.head + 1) % len(w.buf)
 	w.n--
 	if e.state == wrPosted {
@@ -102,6 +108,7 @@ func (w *wrQueue) dropNewest() {
 		w.posted--
 	}
 	w.buf[i].sges = w.buf[i].sges[:0]
+	w.buf[i].bind = nil
 	w.n--
 }
 
