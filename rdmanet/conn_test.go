@@ -302,7 +302,7 @@ func TestDeadlines(t *testing.T) {
 func TestHandshakeReject(t *testing.T) {
 	forEach(t, func(t *testing.T, ia string) {
 		lc := ListenConfig{IA: ia}
-		l, err := lc.Listen(context.Background(), "rdma", "127.0.0.1:0")
+		l, err := lc.Listen(context.Background(), "rdma", listenAddr(ia))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -335,7 +335,7 @@ func TestHandshakeReject(t *testing.T) {
 func TestDialErrors(t *testing.T) {
 	forEach(t, func(t *testing.T, ia string) {
 		d := Dialer{IA: ia, Timeout: 5 * time.Second}
-		l, err := (&ListenConfig{IA: ia}).Listen(context.Background(), "rdma", "127.0.0.1:0")
+		l, err := (&ListenConfig{IA: ia}).Listen(context.Background(), "rdma", listenAddr(ia))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -354,7 +354,7 @@ func TestDialErrors(t *testing.T) {
 		if _, err := d.DialContext(ctx, "rdma", addr); !errors.Is(err, context.Canceled) {
 			t.Errorf("cancelled dial: %v", err)
 		}
-		if _, err := (&ListenConfig{IA: ia}).Listen(ctx, "rdma", "127.0.0.1:0"); !errors.Is(err, context.Canceled) {
+		if _, err := (&ListenConfig{IA: ia}).Listen(ctx, "rdma", listenAddr(ia)); !errors.Is(err, context.Canceled) {
 			t.Errorf("cancelled listen: %v", err)
 		}
 	})
@@ -362,7 +362,7 @@ func TestDialErrors(t *testing.T) {
 
 func TestListenerClose(t *testing.T) {
 	forEach(t, func(t *testing.T, ia string) {
-		l, err := (&ListenConfig{IA: ia}).Listen(context.Background(), "rdma", "127.0.0.1:0")
+		l, err := (&ListenConfig{IA: ia}).Listen(context.Background(), "rdma", listenAddr(ia))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -386,20 +386,11 @@ func TestListenerClose(t *testing.T) {
 
 func TestDup(t *testing.T) {
 	forEach(t, func(t *testing.T, ia string) {
-		l, err := (&ListenConfig{IA: ia}).Listen(context.Background(), "rdma", "127.0.0.1:0")
+		l, err := (&ListenConfig{IA: ia}).Listen(context.Background(), "rdma", listenAddr(ia))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer l.Close()
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				go func() { io.Copy(c, c); c.Close() }()
-			}
-		}()
+		serve(t, l, func(c net.Conn) { io.Copy(c, c); c.Close() })
 		d := &Dialer{IA: ia, Timeout: 5 * time.Second}
 		nc, err := d.Dial("rdma", l.Addr().String())
 		if err != nil {
@@ -428,5 +419,39 @@ func TestDup(t *testing.T) {
 		if x, ok := nc2.(*Conn); !ok || x.RemoteAddr().String() != c.RemoteAddr().String() {
 			t.Errorf("dup went elsewhere")
 		}
+	})
+}
+
+// TestBacklog: connections that came up but were not taken by Accept
+// count against Backlog; one more dial is refused with a reason, and
+// taking one with Accept makes room again.
+func TestBacklog(t *testing.T) {
+	forEach(t, func(t *testing.T, ia string) {
+		l, err := (&ListenConfig{IA: ia, Backlog: 1}).Listen(context.Background(), "rdma", listenAddr(ia))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		d := Dialer{IA: ia, Timeout: 5 * time.Second, NoDup: true}
+		c1, err := d.Dial("rdma", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c1.Close()
+		_, err = d.Dial("rdma", l.Addr().String())
+		var he *HandshakeError
+		if !errors.As(err, &he) || !he.PeerRejected || !strings.Contains(err.Error(), "server out of resources") {
+			t.Fatalf("dial beyond the backlog: %v", err)
+		}
+		s1, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s1.Close()
+		c3, err := d.Dial("rdma", l.Addr().String())
+		if err != nil {
+			t.Fatalf("dial after Accept made room: %v", err)
+		}
+		c3.Close()
 	})
 }

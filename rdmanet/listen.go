@@ -30,6 +30,9 @@ type ListenConfig struct {
 
 const defaultBacklog = 128
 
+// maxAnswering bounds the connection requests a Listener answers at once.
+const maxAnswering = 8
+
 // Listen listens on address ("host:port"; port 0 picks one) for network
 // "rdma", "rdma4" or "rdma6" with the default ListenConfig.
 func Listen(network, address string) (net.Listener, error) {
@@ -39,26 +42,37 @@ func Listen(network, address string) (net.Listener, error) {
 
 // Listener accepts rdmanet connections. It implements net.Listener.
 //
-// A background goroutine takes connection requests off a DAT PSP: it
-// checks the client's Hello (a bad one is rejected with a reason), builds
-// the connection and accepts with its own Hello. Connections that come
-// up wait, at most Backlog of them, for Accept.
+// A background goroutine takes connection requests off a DAT PSP and
+// answers each in a goroutine of its own: it checks the client's Hello (a
+// bad one is rejected with a reason), builds the connection and accepts
+// with its own Hello. Building a connection registers memory, which a real
+// adapter makes slow, so a burst of dials is answered in parallel rather
+// than queueing behind one another until the dialers give up; at most
+// maxAnswering at a time, because adapters run out of resources when
+// asked for many queues at once (soft-iWARP fails ibv_create_cq and
+// rdma_create_qp with ~100 in flight). Connections that come up wait, at
+// most Backlog of them, for Accept.
 type Listener struct {
-	ia      *sharedIA
-	cfg     connConfig
-	backlog int
-	psp     *dat.PSP
-	evd     *dat.EVD
-	addr    *Addr
-	stop    context.CancelFunc
-	served  chan struct{} // closed when the serve goroutine exits
+	ia        *sharedIA
+	cfg       connConfig
+	backlog   int
+	psp       *dat.PSP
+	evd       *dat.EVD
+	addr      *Addr
+	stop      context.CancelFunc
+	served    chan struct{}  // closed when the serve goroutine exits
+	answers   sync.WaitGroup // handle goroutines
+	answering chan struct{}  // cap maxAnswering: one token per handle goroutine
 
 	mu      sync.Mutex
 	closed  bool
 	ready   []*Conn            // established, waiting for Accept
 	pending map[*Conn]struct{} // accepted at the DAT level, not yet established
-	wake    chan struct{}      // cap 1
-	done    chan struct{}      // closed by Close
+	// building counts requests being answered that will join pending, so
+	// parallel answers cannot overshoot the backlog.
+	building int
+	wake     chan struct{} // cap 1
+	done     chan struct{} // closed by Close
 }
 
 // Listen listens on address; the context bounds setting up the listener
@@ -82,7 +96,8 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 		backlog = defaultBacklog
 	}
 	l := &Listener{ia: s, cfg: newConnConfig(lc.BufferSize), backlog: backlog,
-		pending: map[*Conn]struct{}{}, wake: make(chan struct{}, 1), done: make(chan struct{}), served: make(chan struct{})}
+		pending: map[*Conn]struct{}{}, wake: make(chan struct{}, 1), done: make(chan struct{}), served: make(chan struct{}),
+		answering: make(chan struct{}, maxAnswering)}
 	fail := func(err error) (net.Listener, error) {
 		if l.psp != nil {
 			l.psp.Free()
@@ -163,6 +178,7 @@ func (l *Listener) Close() error {
 	l.psp.Free()
 	l.stop()
 	<-l.served
+	l.answers.Wait()
 	// Requests reported but never taken: refuse them.
 	for {
 		ev, err := l.evd.Dequeue()
@@ -197,7 +213,18 @@ func (l *Listener) serve(ctx context.Context) {
 			return
 		}
 		if ev.Number == dat.ConnectionRequestEvent {
-			l.handle(ev.CR.CR)
+			cr := ev.CR.CR
+			select {
+			case l.answering <- struct{}{}:
+			case <-ctx.Done():
+				cr.Reject(nil)
+				return
+			}
+			l.answers.Add(1)
+			go func() {
+				defer func() { <-l.answering; l.answers.Done() }()
+				l.handle(cr)
+			}()
 		}
 	}
 }
@@ -215,7 +242,10 @@ func (l *Listener) handle(cr *dat.CR) {
 		return
 	}
 	l.mu.Lock()
-	full := l.closed || len(l.ready)+len(l.pending) >= l.backlog
+	full := l.closed || len(l.ready)+len(l.pending)+l.building >= l.backlog
+	if !full {
+		l.building++
+	}
 	l.mu.Unlock()
 	if full {
 		cr.Reject(handshake.AppendReject(nil, handshake.Reject{Reason: handshake.ReasonResources, Speaks: handshake.Version}))
@@ -223,12 +253,16 @@ func (l *Listener) handle(cr *dat.CR) {
 	}
 	c, err := newConn(l.ia, l.cfg)
 	if err != nil {
+		l.mu.Lock()
+		l.building--
+		l.mu.Unlock()
 		cr.Reject(handshake.AppendReject(nil, handshake.Reject{Reason: handshake.ReasonResources, Speaks: handshake.Version}))
 		return
 	}
 	c.setPeer(h)
 	c.listener = l
 	l.mu.Lock()
+	l.building--
 	if l.closed {
 		l.mu.Unlock()
 		cr.Reject(nil)

@@ -3,7 +3,9 @@ package rdmanet
 import (
 	"context"
 	"net"
+	"net/netip"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,22 +14,37 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// Providers the connection tests run on: the real pure-Go iWARP provider
-// over loopback TCP. (RDMANET_TEST_IA adds another IA name, e.g. a verbs
-// IA inside the test VM.)
+// providers lists the IAs the connection tests run on: the real pure-Go
+// iWARP provider over loopback TCP, or instead the IA named by
+// RDMANET_TEST_IA (the VM suite names a verbs IA on rxe0 or siw0 there,
+// with RDMANET_TEST_ADDR the device's address).
 func providers(t testing.TB) []string {
-	ps := []string{"iwarp"}
-	if ia := os.Getenv("RDMANET_TEST_IA"); ia != "" && ia != "iwarp" {
-		ps = append(ps, ia)
+	if ia := os.Getenv("RDMANET_TEST_IA"); ia != "" {
+		return []string{ia}
 	}
-	return ps
+	return []string{"iwarp"}
+}
+
+// testIP is the address tests listen on and dial from with IA ia: loopback
+// for the pure-Go provider, RDMANET_TEST_ADDR for any other (an RDMA
+// device's address: rdma_cm cannot use rxe or siw on lo).
+func testIP(ia string) netip.Addr {
+	if s := os.Getenv("RDMANET_TEST_ADDR"); s != "" && ia != "iwarp" {
+		return netip.MustParseAddr(s)
+	}
+	return netip.MustParseAddr("127.0.0.1")
+}
+
+// listenAddr is the address to listen on with IA ia, on a free port.
+func listenAddr(ia string) string {
+	return netip.AddrPortFrom(testIP(ia), 0).String()
 }
 
 // pipe returns a connected pair on provider ia: c1 dialed, c2 accepted.
 func pipe(t testing.TB, ia string, bufSize int) (c1, c2 *Conn, stop func()) {
 	t.Helper()
 	lc := ListenConfig{IA: ia, BufferSize: bufSize}
-	l, err := lc.Listen(context.Background(), "rdma", "127.0.0.1:0")
+	l, err := lc.Listen(context.Background(), "rdma", listenAddr(ia))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,4 +78,31 @@ func forEach(t *testing.T, f func(t *testing.T, ia string)) {
 	for _, ia := range providers(t) {
 		t.Run(ia, func(t *testing.T) { f(t, ia) })
 	}
+}
+
+// serve accepts on l until it closes, running handle on each connection
+// in its own goroutine. When the test ends, l is closed and serve waits
+// for every handler and for Accept to return, so goleak sees none of them
+// (a verbs Close can take a while under the VM's emulation).
+func serve(t testing.TB, l net.Listener, handle func(net.Conn)) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				handle(c)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		wg.Wait()
+	})
 }

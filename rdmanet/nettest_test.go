@@ -15,7 +15,7 @@ func TestNettest(t *testing.T) {
 	forEach(t, func(t *testing.T, ia string) {
 		nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
 			lc := ListenConfig{IA: ia}
-			l, err := lc.Listen(context.Background(), "rdma", "127.0.0.1:0")
+			l, err := lc.Listen(context.Background(), "rdma", listenAddr(ia))
 			if err != nil {
 				return nil, nil, nil, err
 			}

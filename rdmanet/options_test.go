@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net"
-	"net/netip"
 	"testing"
 	"time"
 )
@@ -85,24 +84,18 @@ func TestFallbackTCP(t *testing.T) {
 // IA bound to it).
 func TestLocalAddr(t *testing.T) {
 	forEach(t, func(t *testing.T, ia string) {
-		l, err := (&ListenConfig{IA: ia}).Listen(context.Background(), "rdma", "127.0.0.1:0")
+		l, err := (&ListenConfig{IA: ia}).Listen(context.Background(), "rdma", listenAddr(ia))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer l.Close()
-		go func() {
-			if c, err := l.Accept(); err == nil {
-				io.Copy(io.Discard, c)
-				c.Close()
-			}
-		}()
-		d := Dialer{IA: ia, LocalAddr: &Addr{IP: netip.MustParseAddr("127.0.0.1")}, Timeout: 5 * time.Second}
+		serve(t, l, func(c net.Conn) { io.Copy(io.Discard, c); c.Close() })
+		d := Dialer{IA: ia, LocalAddr: &Addr{IP: testIP(ia)}, Timeout: 5 * time.Second}
 		c, err := d.Dial("rdma", l.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		if a := c.LocalAddr().(*Addr); a.IP != netip.MustParseAddr("127.0.0.1") || a.Port == 0 {
+		if a := c.LocalAddr().(*Addr); a.IP != testIP(ia) || a.Port == 0 {
 			t.Errorf("local address %v", a)
 		}
 	})

@@ -124,6 +124,28 @@ func (q *QP) waitIdle(recvToo bool, timeout time.Duration, stop <-chan struct{})
 	}
 }
 
+// drain polls the CQ until the device has completed every posted request
+// or timeout passes. It polls instead of waiting for completion events:
+// siw does not reliably raise one for the flushed completions of a QP in
+// the error state, and Close must not sit out drainTimeout for them.
+func (q *QP) drain(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for pause := 20 * time.Microsecond; ; pause = min(2*pause, 5*time.Millisecond) {
+		q.cqMu.Lock()
+		if q.cq != nil {
+			q.pollLocked()
+		}
+		q.cqMu.Unlock()
+		q.mu.Lock()
+		idle := q.sq.posted == 0 && q.rq.posted == 0
+		q.mu.Unlock()
+		if idle || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(pause)
+	}
+}
+
 // teardown destroys a connection's verbs objects. The QP goes to the
 // error state first so the device flushes everything posted; what it has
 // not completed within drainTimeout is completed as flushed here, after a
@@ -137,7 +159,7 @@ func (q *QP) teardown(c *conn) {
 	q.mu.Unlock()
 	if qp != nil {
 		C.shim_qp_to_error(qp)
-		q.waitIdle(true, drainTimeout, nil)
+		q.drain(drainTimeout)
 	}
 	q.cqMu.Lock()
 	if q.cq != nil {

@@ -93,9 +93,11 @@ func (l *Listener) request(ev *cmEvent) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed || l.pending >= l.backlog {
+		l.ia.logf("refusing a connection request: listener closed %v, %d of %d pending", l.closed, l.pending, l.backlog)
 		return false
 	}
 	l.pending++
+	l.ia.logf("connection request key %d: %d of %d pending", ev.key, l.pending, l.backlog)
 	r := newRequest(l, ev)
 	l.ready <- r // cannot block: len(ready) <= pending <= backlog
 	return true
@@ -105,6 +107,7 @@ func (l *Listener) request(ev *cmEvent) bool {
 func (l *Listener) release() {
 	l.mu.Lock()
 	l.pending--
+	l.ia.logf("connection request settled: %d of %d pending", l.pending, l.backlog)
 	l.mu.Unlock()
 }
 

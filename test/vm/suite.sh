@@ -111,6 +111,19 @@ goflags=
 for f in ${GOFLAGS:-}; do
 	case $f in -race | -race=*) ;; *) goflags="${goflags:+$goflags }$f" ;; esac
 done
+# ia_kind DIR: how a package's tests choose their IA, which says how the
+# guest runs them (guest/checks.sh): "ia" (RDMANET_TEST_IA names the IA,
+# RDMANET_TEST_ADDR its address), "dat" (dat's harness: a registry entry
+# plus RDMANET_TEST_PROVIDER and RDMANET_TEST_ADDR), or "-" (neither).
+ia_kind() {
+	if grep -qs -- RDMANET_TEST_IA "$1"/*_test.go; then
+		echo ia
+	elif grep -qs -- RDMANET_TEST_PROVIDER "$1"/*_test.go; then
+		echo dat
+	else
+		echo -
+	fi
+}
 gobuild() { (cd "$1" && shift && CGO_ENABLED=1 GOFLAGS=$goflags "$GO" test -c -tags verbs "$@"); }
 
 if [ -z "$GO" ]; then
@@ -138,16 +151,17 @@ else
 					report FAIL "go:$ip" "go list: $err"
 					continue
 				fi
-				plain=$(awk -F '\x1f' -v ip="$ip" '$1 == ip { print $4 }' "$TMP/list.plain")
-				if [ "${RDMANET_VM_ALLPKGS:-0}" != 1 ] && [ "$plain" = "$files" ]; then
-					continue # the verbs tag changes nothing here
-				fi
 				[ "$ntest" != 0:0 ] || continue # no tests with -tags verbs
+				kind=$(ia_kind "$dir")
+				plain=$(awk -F '\x1f' -v ip="$ip" '$1 == ip { print $4 }' "$TMP/list.plain")
+				if [ "${RDMANET_VM_ALLPKGS:-0}" != 1 ] && [ "$plain" = "$files" ] && [ "$kind" = - ]; then
+					continue # neither the verbs tag nor an IA choice changes anything here
+				fi
 				n_tests=$((n_tests + 1))
 				name=go:${ip#"$mod"/}
 				out=$BIN/$(printf '%s' "$ip" | tr -c 'A-Za-z0-9._-' '_').test
 				if gobuild "$REPO" -o "$out" "$ip" >"$TMP/build.log" 2>&1 && [ -x "$out" ]; then
-					printf '%s\t%s\t%s\n' "$name" "$dir" "$out" >>"$PLAN"
+					printf '%s\t%s\t%s\t%s\n' "$name" "$dir" "$out" "$kind" >>"$PLAN"
 					n_built=$((n_built + 1))
 				else
 					report FAIL "$name" "go test -c -tags verbs failed"
@@ -166,7 +180,7 @@ else
 	fi
 	if [ "${RDMANET_VM_SELFTEST:-1}" = 1 ]; then
 		if GOWORK=off gobuild "$HERE/testdata/verbsprobe" -o "$BIN/selftest.test" . >"$TMP/build.log" 2>&1; then
-			printf '%s\t%s\t%s\n' go-selftest "$HERE/testdata/verbsprobe" "$BIN/selftest.test" >>"$PLAN"
+			printf '%s\t%s\t%s\t-\n' go-selftest "$HERE/testdata/verbsprobe" "$BIN/selftest.test" >>"$PLAN"
 		else
 			report FAIL go-selftest "go test -c -tags verbs failed"
 			tail -n 40 "$TMP/build.log" | indent
@@ -178,7 +192,13 @@ T_BUILD=$(secs "$t0" "$(now)")
 # -------------------------------------------------------------- 3 the VM
 t0=$(now)
 expected=(rdma-link ibv_devices rping-rxe rping-siw)
-while IFS=$'\t' read -r name _; do expected+=("$name"); done <"$PLAN"
+while IFS=$'\t' read -r name _ _ kind; do
+	# mirror guest/checks.sh: which runs each binary gets
+	[ "$kind" = ia ] || expected+=("$name")
+	if [ "$kind" != - ] && [ "${RDMANET_VM_VERBS_IAS:-1}" = 1 ]; then
+		expected+=("$name[verbs-rxe0]" "$name[verbs-siw0]")
+	fi
+done <"$PLAN"
 declare -A seen=()
 VM_TIMEOUT=${RDMANET_VM_SUITE_TIMEOUT:-720}
 cd "$REPO"

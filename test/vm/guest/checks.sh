@@ -3,7 +3,8 @@
 #
 # Smoke checks (rdma link, ibv_devices, rping over rxe0 and siw0), then the
 # Go test binaries listed in PLAN, one at a time.  PLAN has one line per
-# binary, tab-separated: NAME  DIR  BINARY  (run in DIR, as `go test` would).
+# binary, tab-separated: NAME  DIR  BINARY  KIND (run in DIR, as `go test`
+# would; KIND: see on_verbs below).
 # Each check prints one result line, "@@rdmanet-vm PASS|FAIL NAME [(why)]";
 # a failed check's output follows, indented with "    | ".  With
 # RDMANET_VM_VERBOSE_CHECKS=1 every check's output is printed.
@@ -140,28 +141,39 @@ run_go() {
 	result "$name" "$rc" "$log" "$why"
 }
 
-# The dat suite is parametrized by IA: besides its default (the pure-Go
-# iwarp provider on 127.0.0.1) it runs on the verbs provider over the
-# kernel's rxe0 and siw0, through a registry whose "lo" entry opens them.
-dat_on_verbs() {
-	local name=$1 dir=$2 bin=$3 dev=$4 addr=$5 conf
-	conf=$LOGS/dat-$dev.conf
-	printf 'lo u2.0 threadsafe default verbs 1.0 "%s" ""\n' "$addr" >"$conf"
-	run_go "${name}[verbs-$dev]" "$dir" "$bin" RDMANET_DAT_CONF="$conf" \
-		RDMANET_TEST_ADDR="$addr" RDMANET_TEST_PROVIDER=verbs
+# Test suites parametrized by IA run on the verbs provider over the
+# kernel's rxe0 and siw0. PLAN's KIND column says how a binary takes its IA:
+#   dat  dat's harness: a registry whose "lo" entry opens the device, plus
+#        RDMANET_TEST_PROVIDER and RDMANET_TEST_ADDR; it also runs as is
+#        (the pure-Go iwarp provider on 127.0.0.1)
+#   ia   RDMANET_TEST_IA names the IA and RDMANET_TEST_ADDR its address;
+#        only the verbs runs here (the host's -race run covers iwarp)
+#   -    runs as is
+# RDMANET_VM_VERBS_IAS=0 leaves out the verbs runs.
+on_verbs() {
+	local name=$1 dir=$2 bin=$3 kind=$4 dev=$5 addr=$6 conf
+	case $kind in
+	dat)
+		conf=$LOGS/dat-$dev.conf
+		printf 'lo u2.0 threadsafe default verbs 1.0 "%s" ""\n' "$addr" >"$conf"
+		run_go "${name}[verbs-$dev]" "$dir" "$bin" RDMANET_DAT_CONF="$conf" \
+			RDMANET_TEST_ADDR="$addr" RDMANET_TEST_PROVIDER=verbs
+		;;
+	ia)
+		run_go "${name}[verbs-$dev]" "$dir" "$bin" RDMANET_TEST_IA="verbs:$addr" \
+			RDMANET_TEST_ADDR="$addr"
+		;;
+	esac
 }
 
 if [ -n "$PLAN" ] && [ -s "$PLAN" ]; then
-	while IFS=$'\t' read -r name dir bin; do
+	while IFS=$'\t' read -r name dir bin kind; do
 		[ -n "$name" ] || continue
-		run_go "$name" "$dir" "$bin"
-		case $dir in
-		*/dat)
-			[ "${RDMANET_VM_DAT_VERBS:-1}" = 1 ] || continue
-			dat_on_verbs "$name" "$dir" "$bin" rxe0 "$RXE"
-			dat_on_verbs "$name" "$dir" "$bin" siw0 "$SIW"
-			;;
-		esac
+		kind=${kind:--}
+		[ "$kind" = ia ] || run_go "$name" "$dir" "$bin"
+		[ "$kind" != - ] && [ "${RDMANET_VM_VERBS_IAS:-1}" = 1 ] || continue
+		on_verbs "$name" "$dir" "$bin" "$kind" rxe0 "$RXE"
+		on_verbs "$name" "$dir" "$bin" "$kind" siw0 "$SIW"
 	done <"$PLAN"
 fi
 exit 0
