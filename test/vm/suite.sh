@@ -20,7 +20,7 @@
 # Knobs: RDMANET_VM_PKGS="./dat/... ./rdmanet/..."  RDMANET_VM_ALLPKGS=1
 #   (also packages without verbs-tagged files)  RDMANET_VM_SELFTEST=0
 #   RDMANET_VM_PKG_TIMEOUT=300 (s, per test binary)
-#   RDMANET_VM_SUITE_TIMEOUT=720 (s, the whole guest run)
+#   RDMANET_VM_SUITE_TIMEOUT=1800 (s, the whole guest run)
 #   RDMANET_VM_VERBOSE_CHECKS=1 (print every check's output)
 #   and run.sh's / setup.sh's knobs (RDMANET_VM_CACHE, ...).
 set -euo pipefail
@@ -200,7 +200,7 @@ while IFS=$'\t' read -r name _ _ kind; do
 	fi
 done <"$PLAN"
 declare -A seen=()
-VM_TIMEOUT=${RDMANET_VM_SUITE_TIMEOUT:-720}
+VM_TIMEOUT=${RDMANET_VM_SUITE_TIMEOUT:-1800}
 cd "$REPO"
 exec 3< <(RDMANET_VM_TIMEOUT=$VM_TIMEOUT "$HERE/run.sh" -- bash "$HERE/guest/checks.sh" "$PLAN" 2>"$TMP/run.err")
 RUNPID=$!
