@@ -54,6 +54,22 @@ func serve(t *testing.T, srv *http.Server) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Count the server's connections until closed: srv.Close returns
+	// before their goroutines finish closing them (a verbs Close can take
+	// a while), and goleak must not see those goroutines.
+	var conns sync.WaitGroup
+	hook := srv.ConnState
+	srv.ConnState = func(c net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			conns.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			conns.Done()
+		}
+		if hook != nil {
+			hook(c, s)
+		}
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -62,6 +78,7 @@ func serve(t *testing.T, srv *http.Server) string {
 	t.Cleanup(func() {
 		srv.Close()
 		<-done
+		conns.Wait()
 	})
 	return "http://" + l.Addr().String()
 }
