@@ -29,7 +29,7 @@ result() {
 	if [ "$rc" != 0 ] && grep -aq -- '--- FAIL' "$log"; then
 		# A Go test log: the failing tests' own lines say what broke.
 		echo "    | failing tests:"
-		grep -a -B1 -A25 -- '--- FAIL' "$log" | head -n 200 | sed 's/^/    | /'
+		grep -a -B15 -A25 -- '--- FAIL' "$log" | head -n 300 | sed 's/^/    | /'
 	fi
 	if [ "$rc" != 0 ] || [ "$VERBOSE" = 1 ]; then
 		if [ "$(wc -l <"$log")" -gt 150 ]; then
