@@ -1,26 +1,64 @@
 // Package driver defines the interface that DAT providers implement.
 //
 // It plays the role database/sql/driver plays for database/sql: package dat
-// owns every handle, reference count, state machine, event queue and all
-// argument validation that the DAT specification assigns to the consumer
-// API, and calls down into a provider only for transport work. A provider
-// therefore never sees a DAT handle or a DAT state; it moves connections and
-// bytes and reports what happened.
+// owns every handle, reference count, the endpoint state machine, event
+// queues, the order in which completions are reported, the flushing of
+// work a broken or closed connection never finished, and all argument
+// validation that the DAT specification assigns to the consumer API. A
+// provider never sees a DAT handle or a DAT state: it moves connections and
+// bytes, fills completion queues, and reports transport events.
 //
-// Calls into a provider are made by package dat with its own locks released,
-// and may block: dat runs connection establishment in goroutines of its own
-// and turns the outcome into DAT events. Providers must be safe for
-// concurrent use by different endpoints.
+// # The required core
+//
+// Eight interfaces, thirty methods: Driver (1), IA (6), PD (2), MR (4), CQ
+// (4), QP (6), Listener (3) and Request (4). What only some providers can
+// do is an optional interface, found by type assertion as database/sql
+// finds driver.Pinger: SRQCreator on an IA, WindowAllocator on a PD and
+// WindowBinder on a QP.
+//
+// # Completions are pulled
+//
+// A provider never calls package dat on the data path. It appends each
+// finished work request to the completion queue (CQ) named in the QP's
+// configuration, and the goroutine that waits for it (an EVD waiter, a
+// blocked rdmanet Read) takes it with CQ.Poll, spinning for a while and
+// then sleeping in CQ.Wait. No goroutine stands between a completion and
+// its waiter.
+//
+// # Ordering and flushing belong to package dat
+//
+// Package dat gives every work request an ID (RecvWR.ID, SendWR.ID) and
+// reports completions in post order itself, so a provider may complete the
+// requests of one queue out of order (soft-iWARP completes a Send posted
+// behind an RDMA Read before the Read). When a connection ends, a provider
+// drops the requests it did not finish without completing them: package
+// dat completes them as flushed, after it has polled every completion the
+// provider did produce. For that, a provider guarantees quiescence: once
+// QP.Disconnect or QP.Close has returned, and before QPConfig.OnDisconnect
+// is called, the provider touches no posted memory any more and every
+// completion it will ever produce for the QP is already in its CQ.
+//
+// # Concurrency
+//
+// Calls into a provider are made by package dat with its own locks
+// released, except the post calls (PostSend, PostRecv), which dat makes
+// under the lock of the queue they post to so that IDs reach the provider
+// in post order. A provider must therefore never call back into package
+// dat from a post, and OnDisconnect and OnLowWatermark must not be called
+// from inside a post or a Poll. Connection calls (Connect, Accept,
+// Disconnect) may block; dat makes them from goroutines of its own.
 package driver
 
 import (
 	"context"
 	"net"
+	"time"
 )
 
 // Driver opens Interface Adapters. A provider registers one Driver under a
-// name with dat.Register; the IA registry (dat.conf) maps IA names to a
-// provider name and the parameters passed to Open.
+// name with Register, usually from an init function of its package; the IA
+// registry (dat.conf) maps IA names to a provider name and the parameters
+// passed to Open.
 type Driver interface {
 	// Open opens one IA. Args are the provider-specific instance
 	// parameters from the registry entry (for example a local address or a
@@ -30,20 +68,16 @@ type Driver interface {
 
 // IA is an open Interface Adapter: one local RDMA-capable address.
 type IA interface {
-	// Attr reports the adapter's limits and capabilities. It must not
-	// change for the life of the IA.
+	// Attr reports the adapter's limits, capabilities and address. It
+	// must not change for the life of the IA.
 	Attr() IAAttr
-	// LocalAddr is the IA's own address (an unspecified IP if the IA is not
-	// bound to one).
-	LocalAddr() net.Addr
 	// AllocPD allocates a protection domain.
 	AllocPD() (PD, error)
-	// CreateQP creates an unconnected queue pair. Events for it are
-	// reported to h.
-	CreateQP(cfg QPConfig, h QPHandler) (QP, error)
-	// CreateSRQ creates a shared receive queue in pd.
-	CreateSRQ(pd PD, cfg SRQConfig, h SRQHandler) (SRQ, error)
-	// Listen starts accepting connection requests on port. It fails with
+	// CreateCQ creates a completion queue.
+	CreateCQ(cfg CQConfig) (CQ, error)
+	// CreateQP creates an unconnected queue pair.
+	CreateQP(cfg QPConfig) (QP, error)
+	// Listen starts accepting connection requests on a port. It fails with
 	// an error wrapping ErrPortInUse when the port is taken.
 	Listen(cfg ListenConfig) (Listener, error)
 	// Close releases the IA. Package dat closes every object of the IA
@@ -57,32 +91,7 @@ type PD interface {
 	// The memory must stay valid (and, for Go memory, reachable) until the
 	// MR is closed; package dat keeps the slice alive.
 	Register(buf []byte, access Access) (MR, error)
-	// AllocWindow allocates an unbound memory window (DAT RMR) in this
-	// PD. Providers without memory windows return an error wrapping
-	// ErrNotSupported. Windows are bound through a QP: see
-	// QP.BindWindow.
-	AllocWindow() (Window, error)
 	// Close frees the PD. Package dat guarantees nothing uses it any more.
-	Close() error
-}
-
-// Window is a memory window: a remote key of its own that exposes part
-// of a registered region to peers, with rights of its own, and can be
-// moved or withdrawn without touching the region.
-//
-// Why windows are allocated on the PD and bound on the QP: verbs binds
-// a window by posting a work request to a queue pair (ibv_bind_mw posts
-// a type 1 bind to the send queue, and the binding exists only once its
-// completion arrives), while the window itself, like DAT's RMR, lives
-// in a protection domain from dat_rmr_create to dat_rmr_free, bound or
-// not. dat_rmr_bind names an EP for the same reason. So the PD creates
-// windows, the QP binds them, and Close frees them without any QP.
-type Window interface {
-	// Binding reports the window's current binding: its remote key, and
-	// ok false when the window is unbound.
-	Binding() (rkey uint32, ok bool)
-	// Close frees the window; a binding ends at once: its remote key
-	// stops working. It is idempotent.
 	Close() error
 }
 
@@ -93,9 +102,70 @@ type MR interface {
 	// RKey is the remote key, the STag on iWARP (DAT rmr_context).
 	RKey() uint32
 	// Addr is the registered virtual address of the first byte: the
-	// address DTO segments and remote peers use for this region.
+	// address work requests and remote peers use for this region.
 	Addr() uint64
 	// Close deregisters the region.
+	Close() error
+}
+
+// CQ is a completion queue: the work requests of every QP whose
+// configuration names it complete here. Package dat calls Poll and Wait
+// from one goroutine at a time per CQ; the provider fills the queue
+// concurrently.
+type CQ interface {
+	// Poll moves up to len(dst) completions, oldest first, into dst and
+	// returns how many it moved. It never blocks.
+	Poll(dst []Completion) int
+	// Wait blocks until the CQ holds a completion, Interrupt is called,
+	// the deadline passes (the zero time: no deadline) or the CQ is
+	// closed. It returns at once if the CQ already holds a completion or
+	// an Interrupt came since the last Wait returned. A spurious return is
+	// allowed: package dat polls again either way. It returns an error
+	// wrapping net.ErrClosed once the CQ is closed, else nil.
+	Wait(deadline time.Time) error
+	// Interrupt makes the current Wait, or the next one if none is in
+	// progress, return. Package dat calls it when an event that does not
+	// come through the CQ (a connection event, a software event, a flush)
+	// is queued for the waiter. It never blocks.
+	Interrupt()
+	// Close frees the CQ. Package dat guarantees no QP uses it any more;
+	// a Wait in progress returns.
+	Close() error
+}
+
+// QP is a reliable-connected queue pair: the transport endpoint behind a DAT
+// EP.
+type QP interface {
+	// Modify changes the configuration of a QP that has never connected.
+	// The CQs, Tag and callbacks stay those of CreateQP; receives already
+	// posted stay posted.
+	Modify(cfg QPConfig) error
+	// Connect establishes a connection to remote, sending privateData. It
+	// blocks until the peer accepts (returning its private data and the
+	// connection's addresses), rejects (an error wrapping a *RejectError),
+	// or the attempt fails. An expired ctx deadline must be reported as
+	// context.DeadlineExceeded. A QP connects at most once: package dat
+	// creates a new QP to connect an endpoint again.
+	Connect(ctx context.Context, remote net.Addr, privateData []byte) (ConnectResult, error)
+	// Disconnect ends the connection, or aborts its establishment. A
+	// graceful disconnect first lets the send-side work finish (bounded
+	// by a provider timeout); an abrupt one drops it. It returns once the
+	// QP is quiescent (see the package documentation). OnDisconnect is not
+	// called for a local Disconnect. Calling it again, or on a QP whose
+	// connection already ended, does nothing beyond hurrying a graceful
+	// disconnect still in progress when graceful is false.
+	Disconnect(graceful bool) error
+	// PostRecv posts a receive buffer. Receives may be posted before the
+	// connection exists (iWARP has no receiver-not-ready retry, so they
+	// must be). After the connection ended the provider drops the request
+	// and returns nil: package dat flushes it. The provider must not keep
+	// wr.Local after returning.
+	PostRecv(wr RecvWR) error
+	// PostSend posts a Send, RDMA Write or RDMA Read on a connected QP,
+	// with the ownership and end-of-connection rules of PostRecv.
+	PostSend(wr SendWR) error
+	// Close destroys the QP, abruptly ending any connection or attempt.
+	// It returns once the QP is quiescent and is idempotent.
 	Close() error
 }
 
@@ -114,20 +184,13 @@ type Listener interface {
 // Request is an incoming connection request that the consumer has not yet
 // accepted or rejected.
 type Request interface {
-	// RemoteAddr is the address of the requesting peer.
-	RemoteAddr() net.Addr
-	// LocalAddr is the local address the request arrived on.
-	LocalAddr() net.Addr
-	// PrivateData is the requester's private data. It is owned by the
-	// Request and must not be modified.
-	PrivateData() []byte
-	// ReadLimits are the requester's advertised RDMA Read depths: its
-	// inbound (IRD) and outbound (ORD) limits.
-	ReadLimits() (ird, ord int)
-	// Accept completes the connection on qp, which must be unconnected,
-	// sending privateData to the peer. It returns once the connection is
-	// established or has failed.
-	Accept(ctx context.Context, qp QP, privateData []byte) error
+	// Info describes the request. Its PrivateData is owned by the Request
+	// and must not be modified.
+	Info() RequestInfo
+	// Accept completes the connection on qp, which must never have
+	// connected, sending privateData to the peer. It returns once the
+	// connection is established or has failed.
+	Accept(ctx context.Context, qp QP, privateData []byte) (ConnectResult, error)
 	// Reject refuses the request, delivering privateData to the peer as a
 	// consumer (peer) reject.
 	Reject(privateData []byte) error
@@ -136,69 +199,12 @@ type Request interface {
 	Abort() error
 }
 
-// QP is a reliable-connected queue pair: the transport endpoint behind a DAT
-// EP.
-type QP interface {
-	// Modify changes the configuration of an unconnected QP.
-	Modify(cfg QPConfig) error
-	// Connect establishes a connection to remote, sending privateData. It
-	// blocks until the peer accepts (returning the peer's private data),
-	// rejects (an error wrapping a *RejectError), or the attempt fails. An
-	// expired ctx deadline must be reported as context.DeadlineExceeded.
-	Connect(ctx context.Context, remote net.Addr, privateData []byte) (ConnectResult, error)
-	// Disconnect tears the connection down. A graceful disconnect lets
-	// outstanding send-side work finish first; an abrupt one flushes it.
-	// It returns once the local side is disconnected.
-	Disconnect(graceful bool) error
-	// Reset returns a disconnected QP to a fresh unconnected state,
-	// discarding any remains of the previous connection.
-	Reset() error
-	// Addrs reports the local and remote addresses of an established
-	// connection (nil before).
-	Addrs() (local, remote net.Addr)
-	// PostRecv posts a receive buffer.
-	//
-	// A posted work request completes exactly once (successfully, in
-	// error, or flushed), and the work requests of one queue complete in
-	// the order they were posted: package dat relies on both. The provider
-	// must not keep wr.Local after returning; it is reused.
-	PostRecv(wr RecvWR) error
-	// PostSend posts a send-side work request (Send, RDMA Write, RDMA
-	// Read), with the same completion and ownership rules as PostRecv.
-	PostSend(wr SendWR) error
-	// BindWindow binds w, a window of the QP's PD, over [addr,
-	// addr+length) of mr (a region of the same PD), granting peers the
-	// remote rights in access, and returns the window's new remote key.
-	// A nil mr with length 0 unbinds the window (and returns 0). Either
-	// way the previous binding's key stops working.
-	//
-	// The bind goes through this QP, which must be connected (an error
-	// wrapping ErrNotConnected otherwise), and BindWindow returns only
-	// once the binding is in effect or has failed, within a bounded time.
-	// It is not a work request in PostSend's sense: it produces no
-	// Completion, and the completions of the requests posted around it
-	// keep their order and pairing. Package dat validates the range and
-	// rights against the LMR; the provider may leave further checks to
-	// the device.
-	//
-	// On error the window either keeps its previous binding or is left
-	// unbound (a device that failed a bind may have changed it);
-	// w.Binding reports which. Providers without memory windows return
-	// an error wrapping ErrNotSupported.
-	BindWindow(w Window, mr MR, addr, length uint64, access Access) (rkey uint32, err error)
-	// Close destroys the QP, flushing anything still posted.
-	Close() error
-}
-
-// QPHandler receives a QP's asynchronous events. Calls are serialised per
-// QP and must not block for long.
-type QPHandler interface {
-	// Completion reports a finished (or flushed) work request.
-	Completion(c Completion)
-	// Disconnected reports that an established connection ended without a
-	// local Disconnect call: err is nil for an orderly close by the peer,
-	// and describes the failure when the connection broke.
-	Disconnected(err error)
+// SRQCreator is implemented by an IA with shared receive queues.
+type SRQCreator interface {
+	// CreateSRQ creates a shared receive queue in pd. Receives posted to
+	// it complete on the RecvCQ of whichever QP consumes them, with that
+	// QP's Tag.
+	CreateSRQ(pd PD, cfg SRQConfig) (SRQ, error)
 }
 
 // SRQ is a shared receive queue.
@@ -206,18 +212,58 @@ type SRQ interface {
 	// PostRecv posts a receive buffer shared by every QP on the SRQ.
 	PostRecv(wr RecvWR) error
 	// SetLowWatermark arms the low-watermark event: when the number of
-	// posted receives drops below n the handler's LowWatermark is called
+	// posted receives drops below n, SRQConfig.OnLowWatermark is called
 	// once. Zero disarms it.
 	SetLowWatermark(n int) error
 	// Posted reports the number of receives currently posted.
 	Posted() int
-	// Close destroys the SRQ, flushing its receives.
+	// Close destroys the SRQ. Receives still posted are dropped; package
+	// dat flushes them.
 	Close() error
 }
 
-// SRQHandler receives an SRQ's asynchronous events.
-type SRQHandler interface {
-	// LowWatermark reports that the posted count fell below the armed
-	// watermark.
-	LowWatermark()
+// WindowAllocator is implemented by a PD whose adapter has memory windows
+// (DAT RMRs).
+//
+// Why windows are allocated on the PD and bound on the QP: verbs binds a
+// window by posting a work request to a queue pair (ibv_bind_mw posts a
+// type 1 bind to the send queue, and the binding exists only once its
+// completion arrives), while the window itself, like DAT's RMR, lives in a
+// protection domain from dat_rmr_create to dat_rmr_free, bound or not.
+// dat_rmr_bind names an EP for the same reason.
+type WindowAllocator interface {
+	// AllocWindow allocates an unbound memory window in this PD.
+	AllocWindow() (Window, error)
+}
+
+// Window is a memory window: a remote key of its own that exposes part of a
+// registered region to peers, with rights of its own, and can be moved or
+// withdrawn without touching the region.
+type Window interface {
+	// Binding reports the window's current binding: its remote key, and
+	// ok false when the window is unbound.
+	Binding() (rkey uint32, ok bool)
+	// Close frees the window; a binding ends at once: its remote key stops
+	// working. It is idempotent.
+	Close() error
+}
+
+// WindowBinder is implemented by a QP that can bind memory windows.
+type WindowBinder interface {
+	// BindWindow binds w, a window of the QP's PD, over [addr,
+	// addr+length) of mr (a region of the same PD), granting peers the
+	// remote rights in access, and returns the window's new remote key. A
+	// nil mr with length 0 unbinds the window (and returns 0). Either way
+	// the previous binding's key stops working.
+	//
+	// The bind goes through this QP, which must be connected (an error
+	// wrapping ErrNotConnected otherwise), and BindWindow returns only once
+	// the binding is in effect or has failed, within a bounded time. It is
+	// not a work request in PostSend's sense: it produces no Completion.
+	// Package dat validates the range and rights against the LMR; the
+	// provider may leave further checks to the device.
+	//
+	// On error the window either keeps its previous binding or is left
+	// unbound; w.Binding reports which.
+	BindWindow(w Window, mr MR, addr, length uint64, access Access) (rkey uint32, err error)
 }

@@ -3,6 +3,7 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"net"
 )
 
 // IAAttr describes an adapter's limits and capabilities. Package dat uses
@@ -13,6 +14,9 @@ type IAAttr struct {
 	Name string
 	// Transport is the wire the adapter speaks.
 	Transport Transport
+	// LocalAddr is the IA's own address (an unspecified IP if the IA is
+	// not bound to one).
+	LocalAddr net.Addr
 	// MaxQPs is the number of QPs the adapter can create.
 	MaxQPs int
 	// MaxWRPerQP bounds max_request_dtos and max_recv_dtos.
@@ -31,7 +35,8 @@ type IAAttr struct {
 	// MaxPrivateData is the largest consumer private data on connect,
 	// accept and reject for this transport.
 	MaxPrivateData int
-	// MaxSRQWR bounds the receives posted to one SRQ (0: no SRQ support).
+	// MaxSRQWR bounds the receives posted to one SRQ. It is meaningful
+	// only for an IA that implements SRQCreator.
 	MaxSRQWR int
 	// SRQPDDifference reports whether an EP may use a PD other than its
 	// SRQ's (DAT srq_ep_pz_difference_support).
@@ -39,8 +44,6 @@ type IAAttr struct {
 	// MaxMR bounds registered regions; MaxMRSize bounds one region.
 	MaxMR     int
 	MaxMRSize uint64
-	// MemoryWindows reports RMR (memory window) support.
-	MemoryWindows bool
 }
 
 // Transport names the wire protocol of an adapter.
@@ -75,11 +78,32 @@ const (
 	AccessRemoteRead                     // peers may RDMA Read
 )
 
-// QPConfig sizes a queue pair. Package dat derives it from the EP
+// CQConfig sizes a completion queue.
+type CQConfig struct {
+	// Size is the number of completions the consumer expects to hold at
+	// once. A CQ never loses a completion: a provider whose queues are of
+	// fixed size makes room for the work queues attached to it.
+	Size int
+}
+
+// QPConfig configures a queue pair. Package dat derives it from the EP
 // attributes.
 type QPConfig struct {
 	PD  PD
 	SRQ SRQ // nil: the QP has its own receive queue
+	// SendCQ and RecvCQ are where the QP's send-side and receive work
+	// requests complete (receives from SRQ included). Either may be nil
+	// when nothing will ever be posted to that queue.
+	SendCQ, RecvCQ CQ
+	// Tag is copied into every Completion of this QP, so package dat can
+	// tell which endpoint a completion belongs to.
+	Tag uint32
+	// OnDisconnect reports that an established connection ended without a
+	// local Disconnect or Close: err is nil for an orderly close by the
+	// peer and describes the failure when the connection broke. It is
+	// called at most once per connection, after the QP is quiescent, from
+	// a goroutine of the provider, and must not block for long.
+	OnDisconnect func(err error)
 	// MaxSendWR and MaxRecvWR bound outstanding work requests.
 	MaxSendWR, MaxRecvWR int
 	// MaxSendSGE and MaxRecvSGE bound IOV lengths.
@@ -97,6 +121,9 @@ type SRQConfig struct {
 	MaxRecvSGE int
 	// LowWatermark arms the low-watermark event at creation (0: off).
 	LowWatermark int
+	// OnLowWatermark reports that the posted count fell below the armed
+	// watermark (see SRQ.SetLowWatermark). It must not block for long.
+	OnLowWatermark func()
 }
 
 // ListenConfig describes a listener.
@@ -112,10 +139,25 @@ type ListenConfig struct {
 	SharePort bool
 }
 
-// ConnectResult is what the accepting peer sent back.
+// ConnectResult describes an established connection.
 type ConnectResult struct {
-	// PrivateData is the peer's accept private data.
+	// PrivateData is the peer's accept private data (nil on the accepting
+	// side).
 	PrivateData []byte
+	// Local and Remote are the connection's addresses.
+	Local, Remote net.Addr
+}
+
+// RequestInfo describes an incoming connection request.
+type RequestInfo struct {
+	// Remote is the address of the requesting peer; Local the local
+	// address the request arrived on.
+	Remote, Local net.Addr
+	// PrivateData is the requester's private data.
+	PrivateData []byte
+	// IRD and ORD are the requester's advertised RDMA Read depths: its
+	// inbound and outbound limits.
+	IRD, ORD int
 }
 
 // SGE is one local segment of a work request: DAT's LMR triplet.
@@ -148,8 +190,12 @@ type SendFlags uint8
 
 // Send flags.
 const (
-	// SendSignaled asks for a completion on success. Failed requests
-	// always complete.
+	// SendSignaled asks for a completion on success. A successful Send or
+	// RDMA Write posted without it may produce no completion: the
+	// completion of a later request of the same QP implies its success.
+	// Package dat posts every RDMA Read signalled, since a Read may
+	// complete after requests posted behind it. Failed requests always
+	// complete.
 	SendSignaled SendFlags = 1 << iota
 	// SendSolicited marks a Send as solicited (Send with SE).
 	SendSolicited
@@ -159,7 +205,9 @@ const (
 
 // SendWR is a Send, RDMA Write or RDMA Read work request.
 type SendWR struct {
-	Cookie uint64
+	// ID is package dat's number for the request, returned in its
+	// Completion.
+	ID     uint64
 	Op     Opcode
 	Flags  SendFlags
 	Local  []SGE
@@ -168,8 +216,10 @@ type SendWR struct {
 
 // RecvWR is a receive work request.
 type RecvWR struct {
-	Cookie uint64
-	Local  []SGE
+	// ID is package dat's number for the request, returned in its
+	// Completion.
+	ID    uint64
+	Local []SGE
 }
 
 // Status is a completion status. Values match DAT_DTO_COMPLETION_STATUS.
@@ -191,7 +241,11 @@ const (
 
 // Completion reports a finished work request.
 type Completion struct {
-	Cookie uint64
+	// WRID is the ID the request was posted with.
+	WRID uint64
+	// QPTag is the Tag of the QP the request ran on (for a receive from
+	// an SRQ, the QP that consumed it).
+	QPTag  uint32
 	Op     Opcode
 	Status Status
 	// Length is the number of bytes transferred (receives: the message
@@ -202,9 +256,6 @@ type Completion struct {
 	// it on every successful receive, so a SOLICITED_WAIT stream wakes too
 	// often rather than never.
 	Solicited bool
-	// Signaled is false for a successful send-side request posted without
-	// SendSignaled; package dat then suppresses the event.
-	Signaled bool
 }
 
 // Provider errors. Providers wrap these (fmt.Errorf("...: %w", ErrX)) so
