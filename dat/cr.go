@@ -55,11 +55,12 @@ func (cr *CR) Query() (CRParam, error) {
 		return CRParam{}, err
 	}
 	defer cr.ia.mu.Unlock()
-	ra := cr.req.RemoteAddr()
+	info := cr.req.Info()
+	ra := info.Remote
 	ap := netip.AddrPortFrom(addrOf(ra), uint16(portOf(ra)))
 	return CRParam{
 		RemoteAddr: ap, RemotePortQual: PortQual(ap.Port()),
-		PrivateData: append([]byte(nil), cr.req.PrivateData()...),
+		PrivateData: append([]byte(nil), info.PrivateData...),
 		SP:          cr.psp, Qual: cr.qual, LocalEP: cr.ep,
 	}, nil
 }
@@ -115,15 +116,15 @@ func (cr *CR) Accept(ep *EP, privateData []byte) error {
 	go func() {
 		defer ia.bg.Done()
 		defer cancel()
-		err := req.Accept(ctx, qp, pd)
-		target.acceptDone(a, qp, err)
+		res, err := req.Accept(ctx, qp, pd)
+		target.acceptDone(a, qp, res, err)
 	}()
 	return nil
 }
 
 // acceptDone finishes the passive side: CONNECTED with ESTABLISHED, or
 // DISCONNECTED with ACCEPT_COMPLETION_ERROR.
-func (ep *EP) acceptDone(a *attempt, qp driver.QP, err error) {
+func (ep *EP) acceptDone(a *attempt, qp driver.QP, res driver.ConnectResult, err error) {
 	ia := ep.ia
 	ia.mu.Lock()
 	if ep.attempt != a {
@@ -138,7 +139,7 @@ func (ep *EP) acceptDone(a *attempt, qp driver.QP, err error) {
 	ev := Event{Conn: ConnectionData{EP: ep, Err: err}}
 	if err == nil {
 		ep.state = EPConnected
-		ep.recordAddrs(qp)
+		ep.recordAddrs(res)
 		ev.Number = ConnectionEventEstablished
 	} else {
 		ep.state = EPDisconnected
@@ -146,11 +147,14 @@ func (ep *EP) acceptDone(a *attempt, qp driver.QP, err error) {
 	}
 	evd := ep.connEVD
 	ia.mu.Unlock()
+	if err != nil {
+		ep.flushQueues()
+	}
 	if evd != nil {
 		evd.post(ev)
 	}
 	if err == nil && lost {
-		epEvents{ep}.Disconnected(lostErr)
+		ep.transportEnded(ep.tagOf(qp), lostErr)
 	}
 }
 

@@ -187,13 +187,6 @@ func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTrip
 			return newError(op, LengthError, NoSubtype, "the %d-byte remote segment does not fit %d local bytes", remote.Length, total)
 		}
 	}
-	fifo := &ep.reqModes
-	if recv {
-		fifo = &ep.recvModes
-	}
-	if fifo.full() {
-		return newError(op, InsufficientResources, NoSubtype, "the EP's work queue is full (%d outstanding)", fifo.n)
-	}
 	mode := deliverNotify
 	switch {
 	case flags&CompletionSuppress != 0:
@@ -201,32 +194,45 @@ func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTrip
 	case flags&CompletionUnsignalled != 0:
 		mode = deliverQuiet
 	}
-	fifo.push(mode)
-	c := driver.Completion{Cookie: cookie, Op: driver.OpRecv, Signaled: mode == deliverNotify}
+	q := &ep.sendQ
+	ent := wrEntry{cookie: cookie, op: driver.OpRecv, mode: mode, signaled: true}
 	if recv {
 		ep.recvPosted = true
+		q = &ep.recvQ
 	} else {
-		c.Op = [...]driver.Opcode{kindSend: driver.OpSend, kindWrite: driver.OpRDMAWrite, kindRead: driver.OpRDMARead}[kind]
+		ent.op = [...]driver.Opcode{kindSend: driver.OpSend, kindWrite: driver.OpRDMAWrite, kindRead: driver.OpRDMARead}[kind]
+		// Only a SUPPRESSed Send or Write may complete silently: its
+		// success then shows in a later completion. A Read always reports,
+		// since it may finish after requests posted behind it.
+		ent.signaled = mode != deliverSuppress || kind == kindRead
 	}
-	if ep.state == EPDisconnected || ep.qp == nil {
-		// A disconnected EP flushes at once: the completion carries the
-		// flushed status, as a provider flush would.
-		c.Status = driver.StatusFlushed
-		locked = false
-		ia.mu.Unlock()
-		ep.complete(c)
-		return nil
-	}
+	flushNow := ep.state == EPDisconnected || ep.qp == nil
 	qp := ep.qp
 	locked = false
 	ia.mu.Unlock()
 
+	q.mu.Lock()
+	if q.full() {
+		n := q.outstanding()
+		q.mu.Unlock()
+		return newError(op, InsufficientResources, NoSubtype, "the EP's work queue is full (%d outstanding)", n)
+	}
+	if flushNow || q.dead {
+		// A disconnected EP flushes at once, behind whatever the queue
+		// still holds.
+		ent.done, ent.status = true, driver.StatusFlushed
+		q.push(ent)
+		q.mu.Unlock()
+		q.deliverNow()
+		return nil
+	}
+	seq := q.push(ent)
 	var err error
 	if recv {
-		err = qp.PostRecv(driver.RecvWR{Cookie: cookie, Local: sges})
+		err = qp.PostRecv(driver.RecvWR{ID: seq, Local: sges})
 	} else {
 		var df driver.SendFlags
-		if flags&(CompletionSuppress|CompletionUnsignalled) == 0 {
+		if ent.signaled {
 			df |= driver.SendSignaled
 		}
 		if flags&CompletionSolicitedWait != 0 {
@@ -235,18 +241,17 @@ func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTrip
 		if flags&CompletionBarrierFence != 0 {
 			df |= driver.SendFence
 		}
-		err = qp.PostSend(driver.SendWR{Cookie: cookie, Op: c.Op, Flags: df, Local: sges,
+		err = qp.PostSend(driver.SendWR{ID: seq, Op: ent.op, Flags: df, Local: sges,
 			Remote: driver.RemoteSegment{Addr: remote.Addr, Length: remote.Length, RKey: remote.Context}})
 	}
 	if err != nil {
-		// The provider refused the post, so no completion will come: take
-		// the mode back. Posts of one queue are serialised by postMu, so it
-		// is the newest entry.
-		ia.mu.Lock()
-		fifo.dropNewest()
-		ia.mu.Unlock()
+		// The provider refused the post, so no completion will come. The
+		// queue lock was held throughout, so it is still the newest entry.
+		q.dropNewest()
+		q.mu.Unlock()
 		return providerError(op, err)
 	}
+	q.mu.Unlock()
 	return nil
 }
 
@@ -280,41 +285,55 @@ func (ia *IA) checkLocal(op string, pz *PZ, t LMRTriplet, needWrite bool) error 
 	return nil
 }
 
-// complete routes a provider completion to the EP's recv or request EVD as
-// a DAT_DTO_COMPLETION_EVENT. A successful DTO posted with SUPPRESS produces
-// no event; one posted UNSIGNALLED, or a receive that was not solicited on
-// a SOLICITED_WAIT stream, is queued without waking a waiter. Errors
-// always produce an event that wakes.
-func (ep *EP) complete(c driver.Completion) {
-	ia := ep.ia
-	ia.mu.Lock()
-	recv := c.Op == driver.OpRecv
-	evd, flags, fifo := ep.reqEVD, normFlags(ep.attr.RequestCompletionFlags), &ep.reqModes
-	if recv {
-		evd, flags, fifo = ep.recvEVD, normFlags(ep.attr.RecvCompletionFlags), &ep.recvModes
+// deliverNow moves the queue's finished head entries to its EVD: for
+// entries that dat completed itself (flushes), which no CQ poll reports.
+func (q *wrQueue) deliverNow() {
+	q.mu.Lock()
+	evd := q.evd
+	q.mu.Unlock()
+	if evd != nil {
+		evd.mu.Lock()
 	}
-	mode := deliverNotify
-	if !recv || ep.srq == nil { // SRQ receives always complete signalled
-		mode = fifo.pop()
+	q.mu.Lock()
+	lost := 0
+	if q.evd == evd {
+		lost = q.deliverLocked()
 	}
-	ia.mu.Unlock()
-	if evd == nil {
-		return
+	q.mu.Unlock()
+	if evd != nil {
+		evd.mu.Unlock()
+		evd.reportLost(lost)
 	}
-	notify := true
-	if c.Status == driver.StatusSuccess {
-		switch {
-		case mode == deliverSuppress:
-			return
-		case mode == deliverQuiet:
-			notify = false
-		case recv && flags == CompletionSolicitedWait && !c.Solicited:
-			notify = false
+}
+
+// flushQueues completes the EP's outstanding work as flushed, once the
+// connection is gone and the provider quiescent. The EVDs' CQs are polled
+// first, so that work the provider did finish is reported as it finished,
+// not as flushed; from then on posts complete flushed at once.
+func (ep *EP) flushQueues() {
+	for _, q := range []*wrQueue{&ep.recvQ, &ep.sendQ} {
+		q.mu.Lock()
+		evd, srq := q.evd, q.srq
+		q.mu.Unlock()
+		if srq != nil {
+			continue // receives belong to the SRQ, not to this connection
+		}
+		lost := 0
+		if evd != nil {
+			evd.mu.Lock()
+			lost = evd.pollLocked()
+		}
+		q.mu.Lock()
+		q.flush()
+		if q.evd == evd {
+			lost += q.deliverLocked()
+		}
+		q.mu.Unlock()
+		if evd != nil {
+			evd.mu.Unlock()
+			evd.reportLost(lost)
 		}
 	}
-	evd.postNotify(Event{Number: DTOCompletionEvent, DTO: DTOCompletion{
-		EP: ep, Cookie: c.Cookie, Status: DTOStatus(c.Status), Length: c.Length, Op: DTOOp(c.Op),
-	}}, notify)
 }
 
 // String names an LMR triplet for error messages.

@@ -25,8 +25,10 @@ type EP struct {
 	srq     *SRQ
 	attr    EPAttr
 
-	// qp is the provider's QP, created once the EP has a PZ.
-	qp driver.QP
+	// qp is the provider's QP, created once the EP has a PZ; tag is its
+	// Tag. A QP connects once: dat_ep_reset replaces it.
+	qp  driver.QP
+	tag uint32
 	// attempt is the connection establishment (or graceful disconnect) in
 	// progress; a new attempt or an abort replaces it, so a late outcome
 	// of a superseded attempt is recognised and dropped.
@@ -48,13 +50,11 @@ type EP struct {
 	// recvPosted records that a Recv was ever posted, which freezes the
 	// recv completion flags ([SEED-modify]).
 	recvPosted bool
-	// recvModes and reqModes hold the delivery mode of every outstanding
-	// DTO of each queue, in post order (see modeFIFO); their lengths are
-	// the outstanding counts get_status reports.
-	recvModes, reqModes modeFIFO
-	// recvMu and sendMu serialise the posts of each queue, so modes enter
-	// the FIFO in the order the provider receives the work. Taken before
-	// ia.mu.
+	// recvQ and sendQ are the outstanding work of each queue, in post
+	// order; their lengths are the outstanding counts get_status reports.
+	recvQ, sendQ wrQueue
+	// recvMu and sendMu serialise the posts of each queue. Taken before
+	// ia.mu and the queue's own lock.
 	recvMu, sendMu sync.Mutex
 	// recvSGE and sendSGE are the queues' segment scratch, guarded by
 	// recvMu and sendMu.
@@ -129,6 +129,7 @@ func (ia *IA) createEP(op string, pz *PZ, recv, req, conn *EVD, srq *SRQ, attr *
 		return nil, newError(op, code, NoSubtype, "%s", why)
 	}
 	ep := &EP{ia: ia, state: EPUnconnected, attr: a}
+	ep.recvQ.ep, ep.recvQ.recv, ep.sendQ.ep = ep, true, ep
 	if why := ep.streamProblem(recv, req, conn, &a); why != "" {
 		ia.mu.Unlock()
 		return nil, newError(op, InvalidParameter, NoSubtype, "%s", why)
@@ -211,8 +212,7 @@ func (ep *EP) streamProblem(recv, req, conn *EVD, a *EPAttr) string {
 // attach takes references on the EP's objects. Callers hold ia.mu.
 func (ep *EP) attach(pz *PZ, recv, req, conn *EVD, srq *SRQ) {
 	ep.pz, ep.recvEVD, ep.reqEVD, ep.connEVD, ep.srq = pz, recv, req, conn, srq
-	ep.recvModes.resize(ep.attr.MaxRecvDTOs)
-	ep.reqModes.resize(ep.attr.MaxRequestDTOs)
+	ep.syncQueues()
 	if pz != nil {
 		pz.refs++
 	}
@@ -254,6 +254,21 @@ func (ep *EP) detach() {
 		ep.srq.refs--
 	}
 	ep.pz, ep.recvEVD, ep.reqEVD, ep.connEVD, ep.srq = nil, nil, nil, nil, nil
+	ep.syncQueues()
+}
+
+// syncQueues brings the work queues in line with the EP's EVDs, flags and
+// sizes. Callers hold ia.mu.
+func (ep *EP) syncQueues() {
+	ep.recvQ.resize(ep.attr.MaxRecvDTOs)
+	ep.sendQ.resize(ep.attr.MaxRequestDTOs)
+	ep.recvQ.mu.Lock()
+	ep.recvQ.evd, ep.recvQ.srq = ep.recvEVD, ep.srq
+	ep.recvQ.solicitedOnly = normFlags(ep.attr.RecvCompletionFlags) == CompletionSolicitedWait
+	ep.recvQ.mu.Unlock()
+	ep.sendQ.mu.Lock()
+	ep.sendQ.evd = ep.reqEVD
+	ep.sendQ.mu.Unlock()
 }
 
 // check returns INVALID_HANDLE (subtype EP) unless ep is a live EP. Callers
@@ -300,6 +315,12 @@ func (ep *EP) driverConfig() driver.QPConfig {
 	if ep.srq != nil {
 		cfg.SRQ = ep.srq.prov
 	}
+	if ep.recvEVD != nil {
+		cfg.RecvCQ = ep.recvEVD.cq
+	}
+	if ep.reqEVD != nil {
+		cfg.SendCQ = ep.reqEVD.cq
+	}
 	return cfg
 }
 
@@ -313,17 +334,22 @@ func (ep *EP) ensureQP(op string) error {
 	}
 	cfg := ep.driverConfig()
 	ia.mu.Unlock()
-	qp, err := ia.prov.CreateQP(cfg, epEvents{ep})
+	tag := ia.tagQP(ep)
+	cfg.Tag = tag
+	cfg.OnDisconnect = func(err error) { ep.transportEnded(tag, err) }
+	qp, err := ia.prov.CreateQP(cfg)
 	if err != nil {
+		ia.untagQP(tag)
 		return providerError(op, err)
 	}
 	ia.mu.Lock()
 	if ep.qp != nil || ep.freed {
 		ia.mu.Unlock()
 		qp.Close()
+		ia.untagQP(tag)
 		return nil
 	}
-	ep.qp = qp
+	ep.qp, ep.tag = qp, tag
 	ia.mu.Unlock()
 	return nil
 }
@@ -366,7 +392,13 @@ func (ep *EP) GetStatus() (Status, error) {
 		return Status{}, err
 	}
 	defer ep.ia.mu.Unlock()
-	return Status{State: ep.state, RecvIdle: ep.recvModes.n == 0, RequestIdle: ep.reqModes.n == 0}, nil
+	ep.recvQ.mu.Lock()
+	recvIdle := ep.recvQ.outstanding() == 0
+	ep.recvQ.mu.Unlock()
+	ep.sendQ.mu.Lock()
+	reqIdle := ep.sendQ.outstanding() == 0
+	ep.sendQ.mu.Unlock()
+	return Status{State: ep.state, RecvIdle: recvIdle, RequestIdle: reqIdle}, nil
 }
 
 // Reset returns a DISCONNECTED EP to UNCONNECTED so it can connect again
@@ -388,29 +420,25 @@ func (ep *EP) Reset() error {
 		ia.mu.Unlock()
 		return err
 	}
-	qp := ep.qp
+	// A QP connects once: the old one goes (its completions were all
+	// polled or flushed when the EP became DISCONNECTED) and a fresh one
+	// takes its place.
+	qp, tag := ep.qp, ep.tag
+	ep.qp, ep.tag = nil, 0
 	ep.attempt = nil
+	ep.state = EPUnconnected
+	ep.localAddr, ep.remoteAddr, ep.localPort, ep.remotePort, ep.connQual = netip.Addr{}, netip.Addr{}, 0, 0, 0
 	ia.mu.Unlock()
-	// The provider hides TIME_WAIT and other remains of the old connection
-	// inside Reset, which may block ([SEED-srq] usage notes).
 	if qp != nil {
-		if err := qp.Reset(); err != nil {
-			return providerError(op, err)
-		}
+		qp.Close()
+		ia.untagQP(tag)
 	}
-	ia.mu.Lock()
-	defer ia.mu.Unlock()
-	if err := ep.check(op); err != nil {
-		return err
+	for _, q := range []*wrQueue{&ep.recvQ, &ep.sendQ} {
+		q.mu.Lock()
+		q.revive()
+		q.mu.Unlock()
 	}
-	if ep.state == EPDisconnected {
-		ep.state = EPUnconnected
-		// The provider flushed everything outstanding; any mode left
-		// belongs to work that will never complete.
-		ep.recvModes.n, ep.reqModes.n = 0, 0
-		ep.localAddr, ep.remoteAddr, ep.localPort, ep.remotePort, ep.connQual = netip.Addr{}, netip.Addr{}, 0, 0, 0
-	}
-	return nil
+	return ep.ensureQP(op)
 }
 
 // Free destroys the EP (dat_ep_free), aborting any connection or
@@ -455,10 +483,11 @@ func (ep *EP) destroyLocked() {
 // destroyLocked.
 func (ep *EP) releaseProvider() {
 	ep.ia.mu.Lock()
-	qp := ep.qp
-	ep.qp = nil
+	qp, tag := ep.qp, ep.tag
+	ep.qp, ep.tag = nil, 0
 	ep.ia.mu.Unlock()
 	if qp != nil {
 		qp.Close()
+		ep.ia.untagQP(tag)
 	}
 }

@@ -140,7 +140,7 @@ func (ep *EP) connectDone(a *attempt, qp driver.QP, res driver.ConnectResult, er
 	switch {
 	case err == nil:
 		ep.state = EPConnected
-		ep.recordAddrs(qp)
+		ep.recordAddrs(res)
 		ev.Number = ConnectionEventEstablished
 		ev.Conn.PrivateData = res.PrivateData
 	case errors.As(err, &reject):
@@ -159,25 +159,38 @@ func (ep *EP) connectDone(a *attempt, qp driver.QP, res driver.ConnectResult, er
 	}
 	evd := ep.connEVD
 	ia.mu.Unlock()
+	if err != nil {
+		ep.flushQueues()
+	}
 	if evd != nil {
 		evd.post(ev)
 	}
 	if err == nil && lost {
-		epEvents{ep}.Disconnected(lostErr)
+		ep.transportEnded(ep.tagOf(qp), lostErr)
 	}
+}
+
+// tagOf returns the Tag of qp if it is still the EP's QP, else 0 (which no
+// QP has).
+func (ep *EP) tagOf(qp driver.QP) uint32 {
+	ep.ia.mu.Lock()
+	defer ep.ia.mu.Unlock()
+	if ep.qp == qp {
+		return ep.tag
+	}
+	return 0
 }
 
 // recordAddrs stores the addresses of an established connection. Callers
 // hold ia.mu.
-func (ep *EP) recordAddrs(qp driver.QP) {
-	local, remote := qp.Addrs()
-	if a := addrOf(local); a.IsValid() {
+func (ep *EP) recordAddrs(res driver.ConnectResult) {
+	if a := addrOf(res.Local); a.IsValid() {
 		ep.localAddr = a
-		ep.localPort = PortQual(portOf(local))
+		ep.localPort = PortQual(portOf(res.Local))
 	}
-	if a := addrOf(remote); a.IsValid() {
+	if a := addrOf(res.Remote); a.IsValid() {
 		ep.remoteAddr = a
-		ep.remotePort = PortQual(portOf(remote))
+		ep.remotePort = PortQual(portOf(res.Remote))
 	}
 }
 
@@ -244,6 +257,7 @@ func (ep *EP) Disconnect(flags CloseFlags) error {
 	if qp != nil {
 		qp.Disconnect(false)
 	}
+	ep.flushQueues()
 	if evd != nil {
 		evd.post(Event{Number: ConnectionEventDisconnected, Conn: ConnectionData{EP: ep}})
 	}
@@ -262,33 +276,32 @@ func (ep *EP) disconnected(a *attempt, err error) {
 	ep.state = EPDisconnected
 	evd := ep.connEVD
 	ia.mu.Unlock()
+	ep.flushQueues()
 	if evd != nil {
 		evd.post(Event{Number: ConnectionEventDisconnected, Conn: ConnectionData{EP: ep, Err: err}})
 	}
 }
 
-// epEvents adapts an EP to driver.QPHandler.
-type epEvents struct{ ep *EP }
-
-// Completion reports a DTO completion; the data path routes it to the
-// right EVD.
-func (h epEvents) Completion(c driver.Completion) { h.ep.complete(c) }
-
-// Disconnected reports the end of an established connection that the EP
-// did not ask for: DISCONNECTED for an orderly close by the peer, BROKEN
-// (plus DAT_ASYNC_ERROR_EP_BROKEN on the async EVD) for a failure.
-func (h epEvents) Disconnected(err error) {
-	ep := h.ep
+// transportEnded handles the provider's report that the connection of the
+// QP tagged tag ended without a local Disconnect: DISCONNECTED for an
+// orderly close by the peer, BROKEN (plus DAT_ASYNC_ERROR_EP_BROKEN on the
+// async EVD) for a failure. The provider is quiescent, so the EP's
+// outstanding work is flushed first.
+func (ep *EP) transportEnded(tag uint32, err error) {
 	ia := ep.ia
 	ia.mu.Lock()
-	if a := ep.attempt; a != nil && !ep.freed && (ep.state == EPActiveConnectionPending || ep.state == EPCompletionPending) {
+	if ep.freed || ep.tag != tag {
+		ia.mu.Unlock()
+		return
+	}
+	if a := ep.attempt; a != nil && (ep.state == EPActiveConnectionPending || ep.state == EPCompletionPending) {
 		// The connection ended before its establishment was reported:
 		// connectDone or acceptDone reports ESTABLISHED, then this.
 		a.lost, a.lostErr = true, err
 		ia.mu.Unlock()
 		return
 	}
-	if ep.freed || (ep.state != EPConnected && ep.state != EPDisconnectPending) {
+	if ep.state != EPConnected && ep.state != EPDisconnectPending {
 		ia.mu.Unlock()
 		return
 	}
@@ -296,6 +309,7 @@ func (h epEvents) Disconnected(err error) {
 	ep.state = EPDisconnected
 	evd := ep.connEVD
 	ia.mu.Unlock()
+	ep.flushQueues()
 	num := ConnectionEventDisconnected
 	if err != nil {
 		num = ConnectionEventBroken

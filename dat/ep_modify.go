@@ -85,16 +85,36 @@ func (ep *EP) Modify(mask EPParamMask, p *EPParam) error {
 		return newError(op, InvalidParameter, Arg(3), "%s", why)
 	}
 
+	// A QP completes on the CQs of the EVDs it was created with, so a new
+	// recv or request EVD means a new QP; receives already posted to the
+	// old one cannot move with it.
+	newCQs := recv != ep.recvEVD || req != ep.reqEVD
+	if newCQs && ep.qp != nil {
+		ep.recvQ.mu.Lock()
+		posted := ep.recvQ.outstanding()
+		ep.recvQ.mu.Unlock()
+		if posted > 0 {
+			return newError(op, InvalidState, NoSubtype, "%d receives are posted: the recv and request EVDs can change only while none is", posted)
+		}
+	}
+
 	// Apply: swap references, then reconfigure or create the QP.
 	srq := ep.srq
 	ep.detach()
 	ep.attr = a
 	ep.attach(pz, recv, req, conn, srq)
-	qp := ep.qp
+	qp, tag := ep.qp, ep.tag
+	if newCQs {
+		ep.qp, ep.tag = nil, 0
+	}
 	cfg := ep.driverConfig()
 	unlocked = true
 	ia.mu.Unlock()
-	if qp == nil {
+	if qp == nil || newCQs {
+		if qp != nil {
+			qp.Close()
+			ia.untagQP(tag)
+		}
 		return ep.ensureQP(op)
 	}
 	if err := qp.Modify(cfg); err != nil {

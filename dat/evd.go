@@ -2,12 +2,26 @@ package dat
 
 import (
 	"context"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/rdmanet/rdmanet/dat/driver"
 )
 
 // EVD is an Event Dispatcher (DAT_EVD_HANDLE): a bounded queue of events
 // fed by the streams its flags allow.
+//
+// An EVD that carries DTO completions owns a provider completion queue,
+// and its completions are pulled: the goroutine that calls Wait (or
+// Dequeue, or Query) polls the CQ itself, moves what it finds into the
+// event queue through the EPs' work queues (which restore post order), and
+// only when nothing is there spins for a while and then sleeps in the CQ's
+// Wait. No goroutine stands between a completion and its waiter. Events
+// that do not come through the CQ (connection events, software events,
+// flushes made by dat) are queued directly and wake the waiter through
+// CQ.Interrupt, or through the EVD's own channel when it has no CQ.
 //
 // Overflow: when an event arrives at a full EVD the event is discarded, the
 // EVD is marked overflowed (Query reports it), and a
@@ -18,16 +32,25 @@ import (
 type EVD struct {
 	ia    *IA
 	flags EVDFlags
+	cq    driver.CQ // nil unless the EVD carries DTO completions
 
-	// Queue state, guarded by mu.
-	mu         sync.Mutex
-	ring       []Event
-	head, n    int
-	waiting    bool          // a Wait is in progress
-	wake       chan struct{} // capacity 1: a token wakes the waiter
-	threshold  int
+	// Queue state, guarded by mu. Lock order: ia.mu, then mu, then a work
+	// queue's mu (wrQueue), then the async EVD's mu.
+	mu      sync.Mutex
+	ring    []Event
+	head, n int
+	waiting bool          // a Wait is in progress
+	wake    chan struct{} // capacity 1: wakes a waiter of an EVD without a CQ
+	// notified counts the events queued that wake a waiter; a Wait that
+	// found too few events returns only after it moves.
+	notified   uint64
 	overflowed bool
-	dead       bool // freed, or its IA closed
+	dead       bool                // freed, or its IA closed
+	wcs        []driver.Completion // poll scratch
+
+	// oneOnly mirrors streams.thresholdOneOnly for Wait, which must not
+	// take ia.mu.
+	oneOnly atomic.Bool
 
 	// Stream attachments, guarded by ia.mu.
 	freed   bool
@@ -35,6 +58,9 @@ type EVD struct {
 	refs    int // EPs and service points referencing the EVD
 	streams evdStreams
 }
+
+// pollBatch is how many completions one CQ poll takes.
+const pollBatch = 16
 
 func newEVD(ia *IA, qlen int, flags EVDFlags) *EVD {
 	return &EVD{ia: ia, flags: flags, ring: make([]Event, qlen), wake: make(chan struct{}, 1)}
@@ -55,12 +81,26 @@ func (ia *IA) CreateEVD(qlen int, flags EVDFlags) (*EVD, error) {
 	if flags == 0 || flags&^(EVDDefault|EVDSoftware) != 0 {
 		return nil, newError(op, InvalidParameter, Arg(4), "EVD flags %#x", flags)
 	}
-	ia.mu.Lock()
-	defer ia.mu.Unlock()
 	if err := ia.live(op); err != nil {
 		return nil, err
 	}
 	e := newEVD(ia, qlen, flags)
+	if flags&EVDDTO != 0 {
+		cq, err := ia.prov.CreateCQ(driver.CQConfig{Size: qlen})
+		if err != nil {
+			return nil, providerError(op, err)
+		}
+		e.cq = cq
+		e.wcs = make([]driver.Completion, pollBatch)
+	}
+	ia.mu.Lock()
+	defer ia.mu.Unlock()
+	if err := ia.live(op); err != nil {
+		if e.cq != nil {
+			e.cq.Close()
+		}
+		return nil, err
+	}
 	ia.evds[e] = struct{}{}
 	return e, nil
 }
@@ -91,49 +131,136 @@ type EVDParam struct {
 	Waiting bool
 }
 
-// Query reports the EVD's parameters (dat_evd_query).
+// Query reports the EVD's parameters (dat_evd_query). It polls the CQ
+// first, so Queued counts the completions the provider has finished.
 func (e *EVD) Query() (EVDParam, error) {
 	const op = "dat_evd_query"
 	if e == nil {
 		return EVDParam{}, newError(op, InvalidHandle, NoSubtype, "EVD is nil")
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.dead {
-		return EVDParam{}, newError(op, InvalidHandle, NoSubtype, "EVD is freed")
-	}
-	return EVDParam{IA: e.ia, QLen: len(e.ring), Flags: e.flags, Queued: e.n, Overflowed: e.overflowed, Waiting: e.waiting}, nil
-}
-
-// post enqueues ev and wakes a waiter whose threshold is met. It reports
-// false if the event was discarded (dead or full EVD).
-func (e *EVD) post(ev Event) bool { return e.postNotify(ev, true) }
-
-// postNotify is post, except that with notify false the event is queued
-// without waking a waiter (UNSIGNALLED and unsolicited completions); a
-// later notifying event wakes the waiter for all of them.
-func (e *EVD) postNotify(ev Event, notify bool) bool {
-	ev.EVD = e
-	e.mu.Lock()
 	if e.dead {
 		e.mu.Unlock()
+		return EVDParam{}, newError(op, InvalidHandle, NoSubtype, "EVD is freed")
+	}
+	lost := e.pollLocked()
+	p := EVDParam{IA: e.ia, QLen: len(e.ring), Flags: e.flags, Queued: e.n, Overflowed: e.overflowed, Waiting: e.waiting}
+	e.mu.Unlock()
+	e.reportLost(lost)
+	return p, nil
+}
+
+// post queues ev and wakes a waiter. It reports false if the event was
+// discarded (dead or full EVD).
+func (e *EVD) post(ev Event) bool {
+	e.mu.Lock()
+	ok := e.enqueueLocked(ev, true)
+	e.mu.Unlock()
+	if !ok {
+		e.reportLost(1)
+	}
+	return ok
+}
+
+// enqueueLocked adds ev to the queue. With notify false (UNSIGNALLED and
+// unsolicited completions) it is queued without waking a waiter; a later
+// notifying event wakes the waiter for all of them. It reports false if
+// the event was discarded; the caller then reports the loss (reportLost)
+// once it holds no EVD lock. Callers hold e.mu.
+func (e *EVD) enqueueLocked(ev Event, notify bool) bool {
+	if e.dead {
 		return false
 	}
 	if e.n == len(e.ring) {
 		e.overflowed = true
-		e.mu.Unlock()
-		if !e.isAsync {
-			e.ia.async.post(Event{Number: AsyncErrorEVDOverflow, Async: AsyncData{Handle: e, Reason: EVDOverflowReason}})
-		}
 		return false
 	}
+	ev.EVD = e
 	e.ring[(e.head+e.n)%len(e.ring)] = ev
 	e.n++
-	if notify && e.waiting && e.n >= e.threshold {
-		e.signalLocked()
+	if notify {
+		e.notified++
+		if e.waiting {
+			e.wakeLocked()
+		}
 	}
-	e.mu.Unlock()
 	return true
+}
+
+// wakeLocked makes a blocked waiter look at the queue again. Callers hold
+// e.mu.
+func (e *EVD) wakeLocked() {
+	if e.cq != nil {
+		e.cq.Interrupt()
+		return
+	}
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// reportLost posts DAT_ASYNC_ERROR_EVD_OVERFLOW for events discarded
+// because the EVD was full. Callers hold no EVD lock.
+func (e *EVD) reportLost(lost int) {
+	if lost == 0 || e.isAsync {
+		return
+	}
+	a := e.ia.async
+	a.mu.Lock()
+	ok := a.enqueueLocked(Event{Number: AsyncErrorEVDOverflow, Async: AsyncData{Handle: e, Reason: EVDOverflowReason}}, true)
+	a.mu.Unlock()
+	_ = ok // an overflow of the async EVD is only recorded
+}
+
+// pollLocked moves every completion the CQ holds into the queue, through
+// the work queues of the EPs they belong to, and returns the number of
+// events lost to overflow. Callers hold e.mu.
+func (e *EVD) pollLocked() (lost int) {
+	if e.cq == nil || e.dead {
+		return 0
+	}
+	for {
+		n := e.cq.Poll(e.wcs)
+		if n == 0 {
+			return lost
+		}
+		lost += e.absorbLocked(e.wcs[:n])
+		if n < len(e.wcs) {
+			return lost
+		}
+	}
+}
+
+// absorbLocked applies polled completions. Callers hold e.mu.
+func (e *EVD) absorbLocked(cs []driver.Completion) (lost int) {
+	var ep *EP
+	var tag uint32
+	for i := range cs {
+		c := &cs[i]
+		if ep == nil || c.QPTag != tag {
+			tag = c.QPTag
+			ep = e.ia.epByTag(tag)
+			if ep == nil {
+				continue // a QP already destroyed: its EP is gone
+			}
+		}
+		if c.Op == driver.OpRecv && c.WRID&srqWRIDBit != 0 {
+			lost += ep.srqCompletionLocked(e, c)
+			continue
+		}
+		q := &ep.sendQ
+		if c.Op == driver.OpRecv {
+			q = &ep.recvQ
+		}
+		q.mu.Lock()
+		if q.evd == e {
+			q.complete(c)
+			lost += q.deliverLocked()
+		}
+		q.mu.Unlock()
+	}
+	return lost
 }
 
 // popLocked removes the oldest event. Callers hold e.mu and know n > 0.
@@ -146,21 +273,31 @@ func (e *EVD) popLocked() Event {
 }
 
 // Dequeue removes the oldest event without waiting (dat_evd_dequeue). An
-// empty EVD gives DAT_QUEUE_EMPTY.
+// empty EVD gives DAT_QUEUE_EMPTY. It polls the CQ when the queue is
+// empty.
 func (e *EVD) Dequeue() (Event, error) {
 	const op = "dat_evd_dequeue"
 	if e == nil {
 		return Event{}, newError(op, InvalidHandle, NoSubtype, "EVD is nil")
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.dead {
+		e.mu.Unlock()
 		return Event{}, newError(op, InvalidHandle, NoSubtype, "EVD is freed")
 	}
+	lost := 0
 	if e.n == 0 {
+		lost = e.pollLocked()
+	}
+	if e.n == 0 {
+		e.mu.Unlock()
+		e.reportLost(lost)
 		return Event{}, newError(op, QueueEmpty, NoSubtype, "")
 	}
-	return e.popLocked(), nil
+	ev := e.popLocked()
+	e.mu.Unlock()
+	e.reportLost(lost)
+	return ev, nil
 }
 
 // Wait blocks until at least threshold events are queued, then dequeues the
@@ -173,24 +310,26 @@ func (e *EVD) Dequeue() (Event, error) {
 // (DAT_INVALID_STATE). Only one caller may wait at a time
 // (DAT_INVALID_STATE/EVD_WAITER). Freeing the EVD's IA ends the wait with
 // DAT_ABORT.
+//
+// How it waits is the IA's PollPolicy: by default it polls the CQ for a
+// short spin, then sleeps until the provider signals a completion.
 func (e *EVD) Wait(timeout Timeout, threshold int) (ev Event, nmore int, err error) {
-	var timer <-chan time.Time
+	var deadline time.Time
 	if d, finite := timeout.Duration(); finite {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		timer = t.C
+		deadline = time.Now().Add(d)
 	}
-	return e.wait(nil, timer, threshold)
+	return e.wait(nil, deadline, threshold)
 }
 
 // WaitContext is Wait with a context instead of a timeout: it gives up
 // with ctx's error (wrapped in DAT_TIMEOUT_EXPIRED for a deadline and
 // DAT_INTERRUPTED_CALL for a cancellation) when ctx is done.
 func (e *EVD) WaitContext(ctx context.Context, threshold int) (ev Event, nmore int, err error) {
-	return e.wait(ctx, nil, threshold)
+	deadline, _ := ctx.Deadline()
+	return e.wait(ctx, deadline, threshold)
 }
 
-func (e *EVD) wait(ctx context.Context, timer <-chan time.Time, threshold int) (Event, int, error) {
+func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Event, int, error) {
 	const op = "dat_evd_wait"
 	if e == nil {
 		return Event{}, 0, newError(op, InvalidHandle, NoSubtype, "EVD is nil")
@@ -198,14 +337,9 @@ func (e *EVD) wait(ctx context.Context, timer <-chan time.Time, threshold int) (
 	if threshold <= 0 || threshold > len(e.ring) {
 		return Event{}, 0, newError(op, InvalidParameter, Arg(3), "threshold %d not in 1..%d", threshold, len(e.ring))
 	}
-	if threshold > 1 {
-		e.ia.mu.Lock()
-		restricted := e.streams.thresholdOneOnly()
-		e.ia.mu.Unlock()
-		if restricted {
-			return Event{}, 0, newError(op, InvalidState, StateEVDConfigThresh,
-				"threshold %d on an EVD fed by UNSIGNALLED or SOLICITED_WAIT streams", threshold)
-		}
+	if threshold > 1 && e.oneOnly.Load() {
+		return Event{}, 0, newError(op, InvalidState, StateEVDConfigThresh,
+			"threshold %d on an EVD fed by UNSIGNALLED or SOLICITED_WAIT streams", threshold)
 	}
 	var done <-chan struct{}
 	if ctx != nil {
@@ -220,46 +354,94 @@ func (e *EVD) wait(ctx context.Context, timer <-chan time.Time, threshold int) (
 		e.mu.Unlock()
 		return Event{}, 0, newError(op, InvalidState, StateEVDWaiter, "another caller is waiting on the EVD")
 	}
-	e.waiting, e.threshold = true, threshold
+	e.waiting = true
+	// Events already queued satisfy the wait at once; after that only a
+	// notifying event does (an UNSIGNALLED completion does not wake).
+	seen := e.notified
+	first := true
+	policy := e.ia.poll
+	var spinUntil time.Time
+	var timer *time.Timer
+	var stopCtx func() bool
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+		if stopCtx != nil {
+			stopCtx()
+		}
+	}()
 	for {
-		// The token channel is reused across waits, so a token may be
-		// stale (left by a wake-up that raced a timeout); the condition is
-		// always re-checked under the lock before anything is returned.
 		if e.dead {
 			e.waiting = false
 			e.mu.Unlock()
 			return Event{}, 0, newError(op, Abort, NoSubtype, "EVD freed while waiting")
 		}
-		if e.n >= threshold {
+		lost := e.pollLocked()
+		if e.n >= threshold && (first || e.notified != seen) {
 			ev := e.popLocked()
 			n := e.n
 			e.waiting = false
 			e.mu.Unlock()
+			e.reportLost(lost)
 			return ev, n, nil
 		}
 		e.mu.Unlock()
-		select {
-		case <-e.wake:
-			e.mu.Lock()
-		case <-timer:
-			return e.giveUp(newError(op, TimeoutExpired, NoSubtype, ""))
-		case <-done:
-			err := &Error{Code: ClassError | InterruptedCall, Op: op, Err: ctx.Err()}
-			if ctx.Err() == context.DeadlineExceeded {
-				err.Code = ClassError | TimeoutExpired
+		e.reportLost(lost)
+		if first {
+			first = false
+			if policy.Mode != PollEvent {
+				spinUntil = time.Now().Add(policy.spin())
 			}
-			return e.giveUp(err)
 		}
+		if done != nil {
+			select {
+			case <-done:
+				return e.giveUp(ctxError(op, ctx))
+			default:
+			}
+		}
+		now := time.Now()
+		if !deadline.IsZero() && !now.Before(deadline) {
+			return e.giveUp(newError(op, TimeoutExpired, NoSubtype, ""))
+		}
+		switch {
+		case policy.Mode == PollBusy || now.Before(spinUntil):
+			runtime.Gosched()
+		case e.cq != nil:
+			if done != nil && stopCtx == nil {
+				stopCtx = context.AfterFunc(ctx, e.cq.Interrupt)
+			}
+			if err := e.cq.Wait(deadline); err != nil {
+				// The CQ is closed: the EVD is being freed; the next
+				// round sees it dead.
+				runtime.Gosched()
+			}
+		default:
+			var tc <-chan time.Time
+			if !deadline.IsZero() {
+				if timer == nil {
+					timer = time.NewTimer(time.Until(deadline))
+				}
+				tc = timer.C
+			}
+			select {
+			case <-e.wake:
+			case <-tc:
+			case <-done:
+			}
+		}
+		e.mu.Lock()
 	}
 }
 
-// signalLocked wakes the waiter without blocking: one pending token is
-// enough, since the waiter re-checks the queue. Callers hold e.mu.
-func (e *EVD) signalLocked() {
-	select {
-	case e.wake <- struct{}{}:
-	default:
+// ctxError is the error of a wait ended by its context.
+func ctxError(op string, ctx context.Context) *Error {
+	err := &Error{Code: ClassError | InterruptedCall, Op: op, Err: ctx.Err()}
+	if ctx.Err() == context.DeadlineExceeded {
+		err.Code = ClassError | TimeoutExpired
 	}
+	return err
 }
 
 // giveUp withdraws the waiter after a timeout or cancellation. If an event
@@ -289,7 +471,10 @@ func (e *EVD) PostSE(data any) error {
 	if e.flags&EVDSoftware == 0 {
 		return newError(op, InvalidParameter, Arg(2), "EVD was not created with the software flag")
 	}
-	if !e.post(Event{Number: SoftwareEvent, Software: data}) {
+	e.mu.Lock()
+	ok := e.enqueueLocked(Event{Number: SoftwareEvent, Software: data}, true)
+	e.mu.Unlock()
+	if !ok {
 		return newError(op, QueueFull, NoSubtype, "EVD is full")
 	}
 	return nil
@@ -305,36 +490,44 @@ func (e *EVD) Free() error {
 	}
 	ia := e.ia
 	ia.mu.Lock()
-	defer ia.mu.Unlock()
 	if err := e.check(op, ia, 0, NoSubtype); err != nil {
+		ia.mu.Unlock()
 		return err
 	}
 	if e.isAsync {
+		ia.mu.Unlock()
 		return newError(op, InvalidState, StateEVDInUse, "the async EVD lives as long as its IA")
 	}
 	if e.refs > 0 {
+		ia.mu.Unlock()
 		return newError(op, InvalidState, StateEVDInUse, "%d objects still use the EVD", e.refs)
 	}
 	e.mu.Lock()
 	if e.waiting {
 		e.mu.Unlock()
+		ia.mu.Unlock()
 		return newError(op, InvalidState, StateEVDWaiter, "a caller is waiting on the EVD")
 	}
 	e.dead = true
 	e.mu.Unlock()
 	e.freed = true
 	delete(ia.evds, e)
+	ia.mu.Unlock()
+	if e.cq != nil {
+		e.cq.Close()
+	}
 	return nil
 }
 
 // kill marks the EVD dead and wakes its waiter, which returns DAT_ABORT.
-// Used when the IA closes. Callers hold ia.mu.
+// Used when the IA closes. Callers hold ia.mu; the caller closes the CQ
+// afterwards.
 func (e *EVD) kill() {
 	e.freed = true
 	e.mu.Lock()
 	e.dead = true
 	if e.waiting {
-		e.signalLocked()
+		e.wakeLocked()
 	}
 	e.mu.Unlock()
 }

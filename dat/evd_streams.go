@@ -82,6 +82,7 @@ func (e *EVD) canAddOther(skip *EP) string {
 
 func (e *EVD) addDTO(ep *EP, recv bool, flags CompletionFlags) {
 	e.streams.dto = append(e.streams.dto, dtoStream{ep: ep, recv: recv, flags: flags})
+	e.oneOnly.Store(e.streams.thresholdOneOnly())
 }
 
 func (e *EVD) removeDTO(ep *EP) {
@@ -92,4 +93,5 @@ func (e *EVD) removeDTO(ep *EP) {
 		}
 	}
 	e.streams.dto = out
+	e.oneOnly.Store(e.streams.thresholdOneOnly())
 }

@@ -40,6 +40,16 @@ type IA struct {
 	// bg counts goroutines (connection attempts, service points) that
 	// Close must wait for.
 	bg sync.WaitGroup
+
+	// poll is how waiters wait for completions.
+	poll PollPolicy
+
+	// qps maps the Tag of every live provider QP to its EP, for the
+	// completion path; tagMu guards it (and nextTag) apart from mu, so
+	// that polling never takes the IA-wide lock.
+	tagMu   sync.RWMutex
+	qps     map[uint32]*EP
+	nextTag uint32
 }
 
 // IAOptions tune OpenIA. The zero value is valid.
@@ -47,6 +57,9 @@ type IAOptions struct {
 	// AsyncEVDQLen is the queue length of the IA's asynchronous EVD
 	// (default 16).
 	AsyncEVDQLen int
+	// Poll says how the IA's waiters wait for completions (default:
+	// PollAdaptive with DefaultSpin).
+	Poll PollPolicy
 }
 
 // OpenIA opens the IA called name (dat_ia_open). The name is looked up in
@@ -70,10 +83,9 @@ func OpenIA(ctx context.Context, name string, opts *IAOptions) (*IA, error) {
 	if err != nil {
 		return nil, &Error{Code: ClassError | ProviderNotFound | Return(NameNotRegistered), Op: op, Err: err}
 	}
-	d, ok := lookupDriver(entry.Provider)
+	d, ok := driver.Lookup(entry.Provider)
 	if !ok {
-		return nil, newError(op, ProviderNotFound, NameNotRegistered,
-			"IA %q names provider %q, which is not registered", entry.IAName, entry.Provider)
+		return nil, newError(op, ProviderNotFound, NameNotRegistered, "%s", missingProvider(entry))
 	}
 	p, err := d.Open(ctx, entry.Args)
 	if err != nil {
@@ -84,6 +96,7 @@ func OpenIA(ctx context.Context, name string, opts *IAOptions) (*IA, error) {
 		pzs: map[*PZ]struct{}{}, evds: map[*EVD]struct{}{}, eps: map[*EP]struct{}{},
 		psps: map[*PSP]struct{}{}, rsps: map[*RSP]struct{}{}, srqs: map[*SRQ]struct{}{},
 		lmrs: map[*LMR]struct{}{}, lmrByContext: map[uint32]*LMR{}, crs: map[*CR]struct{}{}, rmrs: map[*RMR]struct{}{},
+		poll: opts.Poll, qps: map[uint32]*EP{},
 	}
 	ia.async = newEVD(ia, qlen, EVDAsync)
 	ia.async.isAsync = true
@@ -146,7 +159,32 @@ func (ia *IA) providerAttr() ProviderAttr {
 
 // localAddr is the IA's address as a netip.Addr.
 func (ia *IA) localAddr() netip.Addr {
-	return addrOf(ia.prov.LocalAddr())
+	return addrOf(ia.attr.LocalAddr)
+}
+
+// tagQP assigns a fresh Tag for a QP of ep. Tags are never reused within
+// an IA, so a completion of a destroyed QP can never reach a newer one.
+func (ia *IA) tagQP(ep *EP) uint32 {
+	ia.tagMu.Lock()
+	defer ia.tagMu.Unlock()
+	ia.nextTag++
+	ia.qps[ia.nextTag] = ep
+	return ia.nextTag
+}
+
+// untagQP forgets a destroyed QP's Tag.
+func (ia *IA) untagQP(tag uint32) {
+	ia.tagMu.Lock()
+	delete(ia.qps, tag)
+	ia.tagMu.Unlock()
+}
+
+// epByTag finds the EP of a live QP.
+func (ia *IA) epByTag(tag uint32) *EP {
+	ia.tagMu.RLock()
+	ep := ia.qps[tag]
+	ia.tagMu.RUnlock()
+	return ep
 }
 
 // addrOf extracts the IP of a net.Addr (zero Addr if it has none).
@@ -262,6 +300,11 @@ func (ia *IA) Close(flags CloseFlags) error {
 	ia.mu.Lock()
 	for _, e := range evds {
 		e.kill()
+	}
+	for _, e := range evds {
+		if e.cq != nil {
+			e.cq.Close()
+		}
 	}
 	ia.pzs, ia.evds, ia.eps, ia.psps, ia.rsps, ia.srqs, ia.lmrs, ia.lmrByContext, ia.rmrs = nil, nil, nil, nil, nil, nil, nil, nil, nil
 	ia.mu.Unlock()

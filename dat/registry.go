@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
-	"sync"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
 )
@@ -25,43 +23,46 @@ const RegistryEnv = "RDMANET_DAT_CONF"
 // is unset. A missing file is not an error: the built-in names still work.
 const DefaultRegistryPath = "/etc/rdmanet/dat.conf"
 
-var (
-	driversMu sync.RWMutex
-	drivers   = map[string]driver.Driver{}
-)
-
 // Register makes a provider available under name, as sql.Register does for
-// database drivers. It panics if name is taken or d is nil, because that is
-// a programming error at init time.
-func Register(name string, d driver.Driver) {
-	driversMu.Lock()
-	defer driversMu.Unlock()
-	if d == nil {
-		panic("dat: Register driver is nil")
-	}
-	if _, dup := drivers[name]; dup {
-		panic("dat: Register called twice for provider " + name)
-	}
-	drivers[name] = d
-}
+// database drivers. Provider packages call it (through driver.Register)
+// from their init functions, so importing a provider package is what makes
+// it available. It panics if name is taken or d is nil, because that is a
+// programming error at init time.
+func Register(name string, d driver.Driver) { driver.Register(name, d) }
 
 // Providers returns the names of the registered providers, sorted.
-func Providers() []string {
-	driversMu.RLock()
-	defer driversMu.RUnlock()
-	names := make([]string, 0, len(drivers))
-	for n := range drivers {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+func Providers() []string { return driver.Names() }
+
+// providerImports names the package that registers each in-tree provider.
+var providerImports = map[string]string{
+	"iwarp": "github.com/rdmanet/rdmanet/dat/iwarp",
+	"verbs": "github.com/rdmanet/rdmanet/dat/verbs",
 }
 
-func lookupDriver(name string) (driver.Driver, bool) {
-	driversMu.RLock()
-	defer driversMu.RUnlock()
-	d, ok := drivers[name]
-	return d, ok
+// knownProvider reports whether name is a registered provider, or an
+// in-tree one the program did not import (OpenIA then says how to get it).
+func knownProvider(name string) bool {
+	if _, ok := driver.Lookup(name); ok {
+		return true
+	}
+	_, ok := providerImports[name]
+	return ok
+}
+
+// missingProvider explains an IA whose provider is not in the program:
+// package dat imports no provider, so the program must.
+func missingProvider(e RegistryEntry) string {
+	msg := fmt.Sprintf("IA %q names provider %q, which is not registered in this program", e.IAName, e.Provider)
+	if pkg, ok := providerImports[e.Provider]; ok {
+		msg += fmt.Sprintf(": add `import _ %q` to the program", pkg)
+		if e.Provider == "verbs" {
+			msg += " and build it with `-tags verbs` (cgo, with rdma-core's libibverbs-dev and librdmacm-dev)"
+		}
+	}
+	if names := driver.Names(); len(names) > 0 {
+		msg += fmt.Sprintf(" (registered: %s)", strings.Join(names, ", "))
+	}
+	return msg
 }
 
 // RegistryEntry is one line of the IA registry. The format follows DAPL's
@@ -178,13 +179,13 @@ func resolveIA(name string) (RegistryEntry, error) {
 	if name == "" {
 		name = DefaultIAName
 	}
-	if _, ok := lookupDriver(name); ok {
+	if knownProvider(name) {
 		return RegistryEntry{IAName: name, Provider: name}, nil
 	}
 	// "provider:args" names a provider and its instance arguments inline,
 	// e.g. "iwarp:127.0.0.1 crc=1", for programs that need no registry.
 	if prov, args, ok := strings.Cut(name, ":"); ok {
-		if _, known := lookupDriver(prov); known {
+		if knownProvider(prov) {
 			return RegistryEntry{IAName: name, Provider: prov, Args: strings.Fields(args)}, nil
 		}
 	}

@@ -134,10 +134,11 @@ func TestRegistryResolution(t *testing.T) {
 		if verbsBuiltIn {
 			t.Skip("this binary was built with -tags verbs")
 		}
-		require.Contains(t, dat.Providers(), "verbs")
+		require.NotContains(t, dat.Providers(), "verbs")
 		_, err := dat.OpenIA(context.Background(), "verbs", nil)
-		require.Error(t, err)
+		requireCode(t, err, dat.ProviderNotFound, dat.NameNotRegistered)
 		require.Contains(t, err.Error(), "-tags verbs")
+		require.Contains(t, err.Error(), `import _ "github.com/rdmanet/rdmanet/dat/verbs"`)
 		require.True(t, dat.Code(err).IsError())
 	})
 	t.Run("DAT_INVALID_PARAMETER: negative async EVD queue length", func(t *testing.T) {

@@ -51,13 +51,14 @@ func (ia *IA) CreateRMR(pz *PZ) (*RMR, error) {
 		ia.mu.Unlock()
 		return nil, err
 	}
-	if !ia.attr.MemoryWindows {
+	alloc, ok := pz.prov.(driver.WindowAllocator)
+	if !ok {
 		ia.mu.Unlock()
 		return nil, newError(op, ModelNotSupported, NoSubtype, "the provider has no memory windows")
 	}
 	pz.refs++ // the PZ cannot go while the provider allocates in it
 	ia.mu.Unlock()
-	win, err := pz.prov.AllocWindow()
+	win, err := alloc.AllocWindow()
 	ia.mu.Lock()
 	if err != nil {
 		pz.refs--
@@ -135,7 +136,7 @@ func (r *RMR) Bind(target LMRTriplet, priv MemPriv, ep *EP, cookie uint64, flags
 		lmr.windows++
 		mr = lmr.prov
 	}
-	qp, evd := ep.qp, ep.reqEVD
+	qp, evd := ep.qp.(driver.WindowBinder), ep.reqEVD
 	ia.mu.Unlock()
 
 	rkey, err := qp.BindWindow(r.win, mr, target.Addr, uint64(target.Length), acc)
@@ -194,7 +195,13 @@ func (r *RMR) checkBindLocked(op string, target LMRTriplet, priv MemPriv, ep *EP
 	if ep.state != EPConnected || ep.qp == nil {
 		return nil, ep.stateError(op)
 	}
-	if ep.reqModes.full() {
+	if _, ok := ep.qp.(driver.WindowBinder); !ok {
+		return nil, newError(op, ModelNotSupported, NoSubtype, "the provider cannot bind memory windows")
+	}
+	ep.sendQ.mu.Lock()
+	full := ep.sendQ.full()
+	ep.sendQ.mu.Unlock()
+	if full {
 		return nil, newError(op, InsufficientResources, NoSubtype, "the EP's request queue is full (max_request_dtos %d)", ep.attr.MaxRequestDTOs)
 	}
 	if target.Length == 0 {

@@ -149,7 +149,7 @@ func (psp *PSP) serve(ctx context.Context) {
 			cr.ep = ep
 		}
 		ia.mu.Unlock()
-		ev := Event{Number: ConnectionRequestEvent, CR: ConnRequestData{SP: psp, LocalAddr: req.LocalAddr(), Qual: psp.qual, CR: cr}}
+		ev := Event{Number: ConnectionRequestEvent, CR: ConnRequestData{SP: psp, LocalAddr: req.Info().Local, Qual: psp.qual, CR: cr}}
 		if !psp.evd.post(ev) {
 			// The consumer never sees this request: refuse it.
 			cr.discard()
@@ -287,7 +287,7 @@ func (rsp *RSP) serve(ctx context.Context) {
 	ep.state = EPPassiveConnectionPending
 	ia.mu.Unlock()
 	rsp.shutdown() // one request only: the RSP is gone
-	ev := Event{Number: ConnectionRequestEvent, CR: ConnRequestData{LocalAddr: req.LocalAddr(), Qual: rsp.qual, CR: cr}}
+	ev := Event{Number: ConnectionRequestEvent, CR: ConnRequestData{LocalAddr: req.Info().Local, Qual: rsp.qual, CR: cr}}
 	if !rsp.evd.post(ev) {
 		cr.discard()
 	}

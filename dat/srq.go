@@ -37,6 +37,68 @@ type SRQ struct {
 	// postMu serialises posts; sge is their segment scratch.
 	postMu sync.Mutex
 	sge    [maxInlineSGE]driver.SGE
+
+	// slots hold the cookie of every posted receive, indexed by the low
+	// bits of its provider WRID (see srqWRIDBit); free lists the unused
+	// ones. Completions of an SRQ arrive in no particular order, on the
+	// receive CQs of whichever EPs consumed the receives, so they are
+	// found by slot rather than by position. Guarded by slotMu.
+	slotMu sync.Mutex
+	slots  []uint64
+	free   []uint32
+}
+
+// srqWRIDBit marks a receive posted to an SRQ: its WRID is the bit plus
+// its slot. Work queues number their requests from zero and never reach it.
+const srqWRIDBit = 1 << 63
+
+// takeSlot records cookie in a free slot and returns its WRID.
+func (s *SRQ) takeSlot(cookie uint64) (uint64, bool) {
+	s.slotMu.Lock()
+	defer s.slotMu.Unlock()
+	if len(s.free) == 0 {
+		return 0, false
+	}
+	i := s.free[len(s.free)-1]
+	s.free = s.free[:len(s.free)-1]
+	s.slots[i] = cookie
+	return srqWRIDBit | uint64(i), true
+}
+
+// releaseSlot frees the slot of wrid and returns the cookie it held.
+func (s *SRQ) releaseSlot(wrid uint64) (uint64, bool) {
+	i := wrid &^ srqWRIDBit
+	s.slotMu.Lock()
+	defer s.slotMu.Unlock()
+	if i >= uint64(len(s.slots)) {
+		return 0, false
+	}
+	cookie := s.slots[i]
+	s.free = append(s.free, uint32(i))
+	return cookie, true
+}
+
+// srqCompletionLocked reports the completion of an SRQ receive consumed
+// by ep, whose recv EVD is e. SRQ receives always complete signalled.
+// Callers hold e.mu.
+func (ep *EP) srqCompletionLocked(e *EVD, c *driver.Completion) (lost int) {
+	ep.recvQ.mu.Lock()
+	ok, srq := ep.recvQ.evd == e, ep.recvQ.srq
+	ep.recvQ.mu.Unlock()
+	if !ok || srq == nil {
+		return 0
+	}
+	cookie, found := srq.releaseSlot(c.WRID)
+	if !found {
+		return 0
+	}
+	ev := Event{Number: DTOCompletionEvent, DTO: DTOCompletion{
+		EP: ep, Cookie: cookie, Status: DTOStatus(c.Status), Length: c.Length, Op: DTOReceive,
+	}}
+	if !e.enqueueLocked(ev, true) {
+		lost++
+	}
+	return lost
 }
 
 // CreateSRQ creates a shared receive queue in pz (dat_srq_create).
@@ -54,7 +116,8 @@ func (ia *IA) CreateSRQ(pz *PZ, attr SRQAttr) (*SRQ, error) {
 		ia.mu.Unlock()
 		return nil, err
 	}
-	if ia.attr.MaxSRQWR == 0 {
+	creator, ok := ia.prov.(driver.SRQCreator)
+	if !ok || ia.attr.MaxSRQWR == 0 {
 		ia.mu.Unlock()
 		return nil, newError(op, ModelNotSupported, NoSubtype, "the provider has no SRQ support")
 	}
@@ -71,8 +134,12 @@ func (ia *IA) CreateSRQ(pz *PZ, attr SRQAttr) (*SRQ, error) {
 	}
 	pz.refs++ // hold the PZ while the provider builds the SRQ
 	ia.mu.Unlock()
-	s := &SRQ{ia: ia, pz: pz, attr: attr}
-	prov, err := ia.prov.CreateSRQ(pz.prov, driver.SRQConfig{MaxRecvWR: attr.MaxRecvDTOs, MaxRecvSGE: attr.MaxRecvIOV, LowWatermark: attr.LowWatermark}, srqEvents{s})
+	s := &SRQ{ia: ia, pz: pz, attr: attr, slots: make([]uint64, attr.MaxRecvDTOs), free: make([]uint32, attr.MaxRecvDTOs)}
+	for i := range s.free {
+		s.free[i] = uint32(len(s.free) - 1 - i)
+	}
+	prov, err := creator.CreateSRQ(pz.prov, driver.SRQConfig{MaxRecvWR: attr.MaxRecvDTOs, MaxRecvSGE: attr.MaxRecvIOV,
+		LowWatermark: attr.LowWatermark, OnLowWatermark: s.lowWatermark})
 	ia.mu.Lock()
 	defer ia.mu.Unlock()
 	if err != nil {
@@ -170,12 +237,9 @@ func (s *SRQ) Free() error {
 	return nil
 }
 
-// srqEvents adapts an SRQ to driver.SRQHandler.
-type srqEvents struct{ s *SRQ }
-
-// LowWatermark posts the low-watermark event to the IA's async EVD.
-func (h srqEvents) LowWatermark() {
-	h.s.ia.async.post(Event{Number: AsyncSRQLowWatermark, Async: AsyncData{Handle: h.s, Reason: SRQLowWatermark}})
+// lowWatermark posts the low-watermark event to the IA's async EVD.
+func (s *SRQ) lowWatermark() {
+	s.ia.async.post(Event{Number: AsyncSRQLowWatermark, Async: AsyncData{Handle: s, Reason: SRQLowWatermark}})
 }
 
 // PostRecv posts a receive buffer to the SRQ (dat_srq_post_recv). Its
@@ -210,7 +274,12 @@ func (s *SRQ) PostRecv(iov []LMRTriplet, cookie uint64) error {
 		sges = append(sges, driver.SGE{Addr: t.Addr, Length: t.Length, LKey: t.Context})
 	}
 	ia.mu.Unlock()
-	if err := s.prov.PostRecv(driver.RecvWR{Cookie: cookie, Local: sges}); err != nil {
+	wrid, ok := s.takeSlot(cookie)
+	if !ok {
+		return newError(op, InsufficientResources, NoSubtype, "the SRQ holds %d receives, its max_recv_dtos", s.attr.MaxRecvDTOs)
+	}
+	if err := s.prov.PostRecv(driver.RecvWR{ID: wrid, Local: sges}); err != nil {
+		s.releaseSlot(wrid)
 		return providerError(op, err)
 	}
 	return nil
