@@ -15,19 +15,27 @@ package iwarp_test
 //	                                  reader goroutine and hands each reply to
 //	                                  the waiting goroutine over a channel, the
 //	                                  hop every completion-based API has
-//	BenchmarkPingPong/Send            64-byte Send each way, one in flight; the
-//	                                  client goroutine waits for each reply's
-//	                                  completion (one hop, like TCPHop)
-//	BenchmarkPingPong/SendHandler     the same, but the client posts the next
-//	                                  Send from its completion handler (no hop)
+//	BenchmarkPingPong/Send            64-byte Send each way, one in flight;
+//	                                  each side's goroutine sleeps in CQ.Wait
+//	                                  for the next completion (one hop, like
+//	                                  TCPHop)
+//	BenchmarkPingPong/SendSpin        the same, but the waiters poll the CQ
+//	                                  for a while before they sleep, as
+//	                                  package dat's EVD waiters do
 //
-// Streams end with a round trip that proves the last byte arrived.
+// Completions are taken from the CQs the way package dat takes them: poll,
+// optionally spin, then CQ.Wait. Streams end with a round trip that proves
+// the last byte arrived.
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
+	"runtime"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
 	"github.com/rdmanet/rdmanet/dat/iwarp"
@@ -44,13 +52,36 @@ const (
 	pingSize     = 64
 )
 
-// benchHandler forwards completions to a callback.
-type benchHandler struct {
-	f func(driver.Completion)
+// benchCQ takes the completions of one CQ from one goroutine.
+type benchCQ struct {
+	cq   *iwarp.CQ
+	spin int // polls before sleeping in Wait
+	buf  [16]driver.Completion
+	n, i int
 }
 
-func (h *benchHandler) Completion(c driver.Completion) { h.f(c) }
-func (h *benchHandler) Disconnected(error)             {}
+// next returns the next completion, or ok false once the CQ is closed.
+func (w *benchCQ) next() (c driver.Completion, ok bool) {
+	for spun := 0; w.i == w.n; spun++ {
+		w.n, w.i = w.cq.Poll(w.buf[:]), 0
+		if w.n > 0 {
+			break
+		}
+		if spun < w.spin {
+			runtime.Gosched()
+			continue
+		}
+		if err := w.cq.Wait(time.Time{}); err != nil {
+			return driver.Completion{}, false
+		}
+	}
+	c = w.buf[w.i]
+	w.i++
+	if c.Status != driver.StatusSuccess {
+		panic(fmt.Sprintf("completion %+v", c))
+	}
+	return c, true
+}
 
 type benchRegion struct {
 	buf []byte
@@ -64,12 +95,16 @@ func (r benchRegion) sge(off, n int) driver.SGE {
 type benchEnv struct {
 	ia       [2]*iwarp.IA
 	pd       [2]driver.PD
+	cq       [2]*iwarp.CQ
 	ini, rsp *iwarp.QP
+	wg       sync.WaitGroup // goroutines serving a CQ
 }
 
-// newBenchEnv connects an initiator and a responder QP over loopback;
-// prep runs on each idle QP (0: initiator, 1: responder) with its PD.
-func newBenchEnv(b *testing.B, hIni, hResp driver.QPHandler, prep func(side int, q *iwarp.QP, pd driver.PD)) *benchEnv {
+// newBenchEnv connects an initiator and a responder QP over loopback,
+// each completing on a CQ of its own; prep runs on each idle QP (0:
+// initiator, 1: responder) with its PD. The cleanup closes the CQs, which
+// ends the goroutines started with e.serve.
+func newBenchEnv(b *testing.B, prep func(side int, q *iwarp.QP, pd driver.PD)) *benchEnv {
 	b.Helper()
 	e := &benchEnv{}
 	for i := range e.ia {
@@ -82,20 +117,26 @@ func newBenchEnv(b *testing.B, hIni, hResp driver.QPHandler, prep func(side int,
 		if e.pd[i], err = e.ia[i].AllocPD(); err != nil {
 			b.Fatal(err)
 		}
+		cq, err := e.ia[i].CreateCQ(driver.CQConfig{Size: 256})
+		if err != nil {
+			b.Fatal(err)
+		}
+		e.cq[i] = cq.(*iwarp.CQ)
 	}
-	cfg := func(pd driver.PD) driver.QPConfig {
-		return driver.QPConfig{PD: pd, MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1, IRD: 8, ORD: 8}
+	cfg := func(i int) driver.QPConfig {
+		return driver.QPConfig{PD: e.pd[i], SendCQ: e.cq[i], RecvCQ: e.cq[i], Tag: uint32(i),
+			MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1, IRD: 8, ORD: 8}
 	}
 	l, err := e.ia[1].Listen(driver.ListenConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer l.Close()
-	qi, err := e.ia[0].CreateQP(cfg(e.pd[0]), hIni)
+	qi, err := e.ia[0].CreateQP(cfg(0))
 	if err != nil {
 		b.Fatal(err)
 	}
-	qr, err := e.ia[1].CreateQP(cfg(e.pd[1]), hResp)
+	qr, err := e.ia[1].CreateQP(cfg(1))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -112,7 +153,7 @@ func newBenchEnv(b *testing.B, hIni, hResp driver.QPHandler, prep func(side int,
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := req.Accept(ctx, e.rsp, nil); err != nil {
+	if _, err := req.Accept(ctx, e.rsp, nil); err != nil {
 		b.Fatal(err)
 	}
 	if err := <-errc; err != nil {
@@ -122,8 +163,28 @@ func newBenchEnv(b *testing.B, hIni, hResp driver.QPHandler, prep func(side int,
 		e.ini.Disconnect(false)
 		e.ini.Close()
 		e.rsp.Close()
+		e.cq[0].Close()
+		e.cq[1].Close()
+		e.wg.Wait()
 	})
 	return e
+}
+
+// serve runs f for every completion of side's CQ in a goroutine of its
+// own, until the CQ is closed.
+func (e *benchEnv) serve(side, spin int, f func(driver.Completion)) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		w := benchCQ{cq: e.cq[side], spin: spin}
+		for {
+			c, ok := w.next()
+			if !ok {
+				return
+			}
+			f(c)
+		}
+	}()
 }
 
 func benchRegister(b *testing.B, pd driver.PD, n int) benchRegion {
@@ -146,8 +207,8 @@ func BenchmarkStream(b *testing.B) {
 func BenchmarkPingPong(b *testing.B) {
 	b.Run("TCP", func(b *testing.B) { benchTCPPingPong(b, false) })
 	b.Run("TCPHop", func(b *testing.B) { benchTCPPingPong(b, true) })
-	b.Run("Send", func(b *testing.B) { benchRDMAPingPong(b, false) })
-	b.Run("SendHandler", func(b *testing.B) { benchRDMAPingPong(b, true) })
+	b.Run("Send", func(b *testing.B) { benchRDMAPingPong(b, 0) })
+	b.Run("SendSpin", func(b *testing.B) { benchRDMAPingPong(b, 100) })
 }
 
 // tcpPair returns a connected loopback TCP pair.
@@ -204,47 +265,33 @@ func benchTCPStream(b *testing.B, n int) {
 
 // benchRDMAStream streams b.N Writes or Sends of n bytes with benchDepth
 // outstanding; Sends are flow-controlled by the receiver's reposting (the
-// credit a real protocol would carry in its messages).
+// credit a real protocol would carry in its messages). The benchmark
+// goroutine posts and takes the send completions; a goroutine on the
+// responder takes the receive completions and reposts.
 func benchRDMAStream(b *testing.B, n int, op driver.Opcode) {
-	sendDone := make(chan struct{}, benchDepth+1)
 	recvDone := make(chan struct{}, benchCredits+2)
-	var dst benchRegion
-	var rsp *iwarp.QP
-	hIni := &benchHandler{f: func(c driver.Completion) {
-		if c.Status == driver.StatusFlushed {
-			return // teardown
-		} else if c.Status != driver.StatusSuccess {
-			panic(c)
-		}
-		sendDone <- struct{}{}
-	}}
-	hResp := &benchHandler{f: func(c driver.Completion) {
-		if c.Status == driver.StatusFlushed {
-			return // teardown
-		} else if c.Status != driver.StatusSuccess {
-			panic(c)
-		}
-		// Repost the same slot, then grant the credit.
-		slot := int(c.Cookie)
-		if err := rsp.PostRecv(driver.RecvWR{Cookie: c.Cookie, Local: []driver.SGE{dst.sge(slot*n, n)}}); err != nil {
-			panic(err)
-		}
-		recvDone <- struct{}{}
-	}}
-	var src benchRegion
-	e := newBenchEnv(b, hIni, hResp, func(side int, q *iwarp.QP, pd driver.PD) {
+	var dst, src benchRegion
+	e := newBenchEnv(b, func(side int, q *iwarp.QP, pd driver.PD) {
 		if side == 0 {
 			src = benchRegister(b, pd, n)
 			return
 		}
-		rsp = q
 		dst = benchRegister(b, pd, n*benchCredits)
 		for i := range benchCredits {
-			if err := q.PostRecv(driver.RecvWR{Cookie: uint64(i), Local: []driver.SGE{dst.sge(i*n, n)}}); err != nil {
+			if err := q.PostRecv(driver.RecvWR{ID: uint64(i), Local: []driver.SGE{dst.sge(i*n, n)}}); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
+	e.serve(1, 0, func(c driver.Completion) {
+		// Repost the same slot, then grant the credit.
+		slot := int(c.WRID)
+		if err := e.rsp.PostRecv(driver.RecvWR{ID: c.WRID, Local: []driver.SGE{dst.sge(slot*n, n)}}); err != nil {
+			panic(err)
+		}
+		recvDone <- struct{}{}
+	})
+	sendCQ := benchCQ{cq: e.cq[0]}
 	remote := driver.RemoteSegment{Addr: dst.mr.Addr(), Length: uint32(n), RKey: dst.mr.RKey()}
 	credits := benchCredits
 	b.SetBytes(int64(n))
@@ -253,7 +300,7 @@ func benchRDMAStream(b *testing.B, n int, op driver.Opcode) {
 	posted, completed := 0, 0
 	for completed < b.N {
 		for posted < b.N && posted-completed < benchDepth {
-			wr := driver.SendWR{Cookie: uint64(posted), Op: op, Flags: driver.SendSignaled, Local: []driver.SGE{src.sge(0, n)}}
+			wr := driver.SendWR{ID: uint64(posted), Op: op, Flags: driver.SendSignaled, Local: []driver.SGE{src.sge(0, n)}}
 			if op == driver.OpRDMAWrite {
 				wr.Remote = remote
 			} else {
@@ -268,7 +315,9 @@ func benchRDMAStream(b *testing.B, n int, op driver.Opcode) {
 			}
 			posted++
 		}
-		<-sendDone
+		if _, ok := sendCQ.next(); !ok {
+			b.Fatal("CQ closed")
+		}
 		completed++
 	}
 	// A final zero-length Send proves everything arrived.
@@ -276,10 +325,10 @@ func benchRDMAStream(b *testing.B, n int, op driver.Opcode) {
 		<-recvDone
 		credits++
 	}
-	if err := e.ini.PostSend(driver.SendWR{Cookie: 1 << 40, Op: driver.OpSend, Flags: driver.SendSignaled}); err != nil {
+	if err := e.ini.PostSend(driver.SendWR{ID: 1 << 40, Op: driver.OpSend, Flags: driver.SendSignaled}); err != nil {
 		b.Fatal(err)
 	}
-	<-sendDone
+	sendCQ.next()
 	want := benchCredits - credits + 1
 	if op == driver.OpRDMAWrite {
 		want = 1
@@ -328,72 +377,52 @@ func benchTCPPingPong(b *testing.B, hop bool) {
 	}
 }
 
-// benchRDMAPingPong: the responder echoes from its completion handler, as
-// the TCP echo server does from its read loop; the initiator waits for
-// each reply in the benchmark goroutine, or (inHandler) posts the next
-// ping from its completion handler.
-func benchRDMAPingPong(b *testing.B, inHandler bool) {
-	got := make(chan struct{}, 1)
-	var ini, rsp *iwarp.QP
+// benchRDMAPingPong: a goroutine on the responder echoes every Send it
+// receives, as the TCP echo server does from its read loop; the
+// benchmark goroutine posts each ping and waits for the reply's receive
+// completion. Waiters poll spin times before they sleep in CQ.Wait.
+func benchRDMAPingPong(b *testing.B, spin int) {
 	var ibuf, rbuf benchRegion
-	left := 0
-	hIni := &benchHandler{f: func(c driver.Completion) {
-		if c.Status == driver.StatusFlushed {
-			return // teardown
-		} else if c.Status != driver.StatusSuccess {
-			panic(c)
-		}
-		if c.Op == driver.OpRecv {
-			if err := ini.PostRecv(driver.RecvWR{Local: []driver.SGE{ibuf.sge(pingSize, pingSize)}}); err != nil {
-				panic(err)
-			}
-			if inHandler {
-				if left--; left > 0 {
-					if err := ini.PostSend(driver.SendWR{Op: driver.OpSend, Local: []driver.SGE{ibuf.sge(0, pingSize)}}); err != nil {
-						panic(err)
-					}
-					return
-				}
-			}
-			got <- struct{}{}
-		}
-	}}
-	hResp := &benchHandler{f: func(c driver.Completion) {
-		if c.Status == driver.StatusFlushed {
-			return // teardown
-		} else if c.Status != driver.StatusSuccess {
-			panic(c)
-		}
-		if c.Op == driver.OpRecv {
-			if err := rsp.PostRecv(driver.RecvWR{Local: []driver.SGE{rbuf.sge(0, pingSize)}}); err != nil {
-				panic(err)
-			}
-			if err := rsp.PostSend(driver.SendWR{Op: driver.OpSend, Local: []driver.SGE{rbuf.sge(0, pingSize)}}); err != nil {
-				panic(err)
-			}
-		}
-	}}
-	newBenchEnv(b, hIni, hResp, func(side int, q *iwarp.QP, pd driver.PD) {
+	e := newBenchEnv(b, func(side int, q *iwarp.QP, pd driver.PD) {
 		r := benchRegister(b, pd, 2*pingSize)
 		if err := q.PostRecv(driver.RecvWR{Local: []driver.SGE{r.sge(pingSize, pingSize)}}); err != nil {
 			b.Fatal(err)
 		}
 		if side == 0 {
-			ini, ibuf = q, r
+			ibuf = r
 		} else {
-			rsp, rbuf = q, r
+			rbuf = r
 		}
 	})
+	e.serve(1, spin, func(c driver.Completion) {
+		if c.Op != driver.OpRecv {
+			return
+		}
+		if err := e.rsp.PostRecv(driver.RecvWR{Local: []driver.SGE{rbuf.sge(0, pingSize)}}); err != nil {
+			panic(err)
+		}
+		if err := e.rsp.PostSend(driver.SendWR{Op: driver.OpSend, Local: []driver.SGE{rbuf.sge(0, pingSize)}}); err != nil {
+			panic(err)
+		}
+	})
+	w := benchCQ{cq: e.cq[0], spin: spin}
 	b.ReportAllocs()
 	b.ResetTimer()
-	rounds := b.N
-	if inHandler {
-		left, rounds = b.N, 1
-	}
-	for i := 0; i < rounds; i++ {
-		if err := ini.PostSend(driver.SendWR{Op: driver.OpSend, Local: []driver.SGE{ibuf.sge(0, pingSize)}}); err != nil {
+	for i := 0; i < b.N; i++ {
+		if err := e.ini.PostSend(driver.SendWR{Op: driver.OpSend, Local: []driver.SGE{ibuf.sge(0, pingSize)}}); err != nil {
 			b.Fatal(err)
 		}
-		<-got
+		for {
+			c, ok := w.next()
+			if !ok {
+				b.Fatal("CQ closed")
+			}
+			if c.Op == driver.OpRecv {
+				break
+			}
+		}
+		if err := e.ini.PostRecv(driver.RecvWR{Local: []driver.SGE{ibuf.sge(pingSize, pingSize)}}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

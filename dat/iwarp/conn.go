@@ -14,15 +14,18 @@ import (
 
 // connection is one established MPA connection owned by a QP: the TCP
 // stream after the Request/Reply exchange, what the exchange negotiated,
-// and the data path's queues. A QP gets a new connection per
-// Connect/Accept; Reset drops the old one.
+// and the data path's queues. A QP has at most one connection in its life
+// (package dat creates a new QP to connect again).
 //
-// Two goroutines run per connection: the receiver (readLoop), which parses
-// FPDUs and places payload straight into registered memory, and the sender
-// (sendLoop), the only writer of the socket. Everything they share is
-// guarded by the QP's mutex (irdUsed is atomic); completions are queued to the QP's event
-// queue under that mutex, so their order is the order of the work queues.
-// The receiver also tears the connection down when it ends (finish).
+// An idle connection costs one goroutine, the receiver (readLoop), which
+// parses FPDUs, places payload straight into registered memory, and tears
+// the connection down when the stream ends (finish). The socket's write
+// side belongs to whoever holds the writer token (writing): a PostSend
+// caller writing its request inline with one non-blocking writev, a
+// sender goroutine (sendLoop) that exists only while there is work the
+// inline path could not finish, or, at the end, the teardown. Everything
+// they share is guarded by the QP's mutex (irdUsed is atomic). Completions
+// go straight into the QP's CQs from where the work finished.
 type connection struct {
 	q    *QP
 	tc   *net.TCPConn
@@ -31,6 +34,8 @@ type connection struct {
 	// Fixed at start from the QP configuration.
 	pd       *PD
 	srq      *SRQ
+	scq, rcq *CQ // nil: nothing completes there
+	tag      uint32
 	crc      bool
 	mulpdu   int // largest ULPDU_Length this side sends
 	maxSend  int // send-queue depth
@@ -41,14 +46,22 @@ type connection struct {
 	// FPDUs: at once for the initiator, and for the responder when the
 	// initiator's first complete FPDU has arrived (RFC 5044 §7.1.2; siw
 	// fails a stream whose Reply is followed by data it did not expect
-	// yet). gate mirrors it under the QP lock for the sender.
+	// yet). gate mirrors it under the QP lock for the writers.
 	canSend     chan struct{}
 	canSendOnce sync.Once
 
-	kick       chan struct{} // wakes the sender (capacity 1)
-	senderDone chan struct{} // closed when the sender goroutine exits
-	drained    chan struct{} // closed by the sender after a graceful drain (FIN sent)
-	closed     chan struct{} // closed when teardown finished (socket closed, queues flushed)
+	drained  chan struct{} // closed by the sender after a graceful drain (FIN sent)
+	quiesced chan struct{} // closed once nothing touches posted memory or completes any more
+	closed   chan struct{} // closed when the receiver goroutine is done (socket closed)
+
+	// senders counts sender goroutines; the teardown waits for them.
+	// Add happens under q.mu while the connection is not dead, Wait after
+	// dead is set, so they never race.
+	senders sync.WaitGroup
+	// idle is signalled (with q.mu) when the writer token is released
+	// or the write side finished after FIN, for the teardown waiting to
+	// take it.
+	idle sync.Cond
 
 	tx *sender // the write side's state, used by the writer-token holder
 
@@ -61,23 +74,26 @@ type connection struct {
 	irdUsed atomic.Int32
 
 	// Guarded by q.mu.
-	writing  bool // the writer token is taken (see sendLoop)
+	writing  bool // the writer token is taken
+	finSent  bool // the graceful drain sent FIN: nothing is written any more
 	gate     bool
-	local    bool  // this side tore the connection down: no Disconnected event
-	dead     bool  // the connection is ending: the sender stops
+	local    bool  // a local Disconnect/Close ended the connection: no OnDisconnect
+	dead     bool  // the connection is ending: writers stop
 	failed   bool  // err is set
 	err      error // why it ended (nil: orderly close by the peer)
+	notify   bool  // the teardown calls OnDisconnect (set before quiesced closes)
 	term     []byte
 	draining bool
-	sq       ring[*sendWR] // posted, not yet completed, in post order
-	queued   int           // WRs at the back of sq not started yet
-	reads    ring[*sendWR] // Reads whose Request went out, oldest first
+	pending  ring[*sendWR] // posted, not started yet, in post order
+	reads    ring[*sendWR] // Reads whose Request is out, oldest first
 	rresp    ring[readResp]
-	free     []*sendWR
+	// outstanding counts posted send-side WRs not finished (MaxSendWR).
+	outstanding int
+	free        []*sendWR
 }
 
-// readResp is an inbound RDMA Read Request, validated and waiting for the
-// sender to answer it with a Read Response.
+// readResp is an inbound RDMA Read Request, validated and waiting for a
+// writer to answer it with a Read Response.
 type readResp struct {
 	sinkSTag uint32
 	sinkTO   uint64
@@ -87,14 +103,13 @@ type readResp struct {
 func newConnection(tc *net.TCPConn, info ConnInfo) *connection {
 	info.Local, info.Remote = tc.LocalAddr(), tc.RemoteAddr()
 	c := &connection{
-		tc:         tc,
-		info:       info,
-		crc:        info.CRC,
-		canSend:    make(chan struct{}),
-		kick:       make(chan struct{}, 1),
-		senderDone: make(chan struct{}),
-		drained:    make(chan struct{}),
-		closed:     make(chan struct{}),
+		tc:       tc,
+		info:     info,
+		crc:      info.CRC,
+		canSend:  make(chan struct{}),
+		drained:  make(chan struct{}),
+		quiesced: make(chan struct{}),
+		closed:   make(chan struct{}),
 	}
 	if info.Initiator {
 		close(c.canSend)
@@ -103,12 +118,14 @@ func newConnection(tc *net.TCPConn, info ConnInfo) *connection {
 	return c
 }
 
-// start binds c to q and launches its goroutines. Called with q.mu held,
+// start binds c to q and launches its receiver. Called with q.mu held,
 // once, when the QP becomes connected.
 func (c *connection) start(q *QP) {
 	c.q = q
+	c.idle.L = &q.mu
 	c.pd, _ = q.cfg.PD.(*PD)
 	c.srq, _ = q.cfg.SRQ.(*SRQ)
+	c.scq, c.rcq, c.tag = q.scq, q.rcq, q.cfg.Tag
 	c.maxSend = q.cfg.MaxSendWR
 	c.maxSGE = q.cfg.MaxSendSGE
 	c.mulpdu = q.ia.opts.mulpdu
@@ -117,21 +134,8 @@ func (c *connection) start(q *QP) {
 	}
 	c.termWait = q.ia.opts.closeTimeout
 	c.tx = newSender(c)
+	q.ia.conns.Add(1)
 	go c.readLoop()
-	go c.sendLoop()
-}
-
-// fromHandler reports whether the caller is a handler running inline on
-// one of this connection's goroutines (see eventQueue.deliver), which must
-// not wait for the teardown those goroutines do.
-func (c *connection) fromHandler() bool { return c.q.events.inHandler() }
-
-// wake nudges the sender.
-func (c *connection) wake() {
-	select {
-	case c.kick <- struct{}{}:
-	default:
-	}
 }
 
 // openGate records that the initiator's first complete FPDU arrived.
@@ -142,15 +146,74 @@ func (c *connection) openGate() {
 		}
 		c.q.mu.Lock()
 		c.gate = true
+		c.kickLocked()
 		c.q.mu.Unlock()
 		close(c.canSend)
-		c.wake()
 	})
 }
 
-// fail ends the connection because of err (the first cause wins). term,
-// if not nil, is a Terminate FPDU the sender writes before it stops.
-// Called with q.mu held.
+// startableLocked reports whether the oldest queued WR may start now:
+// a fenced one waits for every earlier Read, a Read for a free ORD slot.
+func (c *connection) startableLocked() bool {
+	if c.pending.len() == 0 {
+		return false
+	}
+	w := *c.pending.front()
+	if w.flags&driver.SendFence != 0 && c.reads.len() > 0 {
+		return false
+	}
+	return w.op != driver.OpRDMARead || c.reads.len() < c.info.ORD
+}
+
+// drainedLocked reports whether a graceful drain has nothing left to wait
+// for: every WR handed to TCP or answered, every peer Read served.
+func (c *connection) drainedLocked() bool {
+	s := c.tx
+	return !s.partial && len(s.items) == 0 && c.pending.len() == 0 && c.reads.len() == 0 && c.rresp.len() == 0
+}
+
+// hasWorkLocked reports whether a writer would find something to do.
+func (c *connection) hasWorkLocked() bool {
+	s := c.tx
+	return s.partial || len(s.items) > 0 || (c.gate && (c.rresp.len() > 0 || c.startableLocked())) ||
+		(c.draining && !c.finSent && c.drainedLocked())
+}
+
+// kickLocked starts a sender goroutine, handing it the writer token, when
+// the token is free and there is work: the holder of the token otherwise
+// finds the work itself before releasing it. Called with q.mu held.
+func (c *connection) kickLocked() {
+	if c.writing || c.dead || !c.hasWorkLocked() {
+		return
+	}
+	c.writing = true
+	c.senders.Add(1)
+	go c.sendLoop()
+}
+
+// handOffLocked ends a token holder's turn: if work is left the token
+// passes to a new sender goroutine, else it is released. Called with q.mu
+// held by the inline writer.
+func (c *connection) handOffLocked() {
+	if !c.dead && c.hasWorkLocked() {
+		c.senders.Add(1)
+		go c.sendLoop()
+		return
+	}
+	c.releaseLocked()
+}
+
+// releaseLocked gives the writer token back.
+func (c *connection) releaseLocked() {
+	c.writing = false
+	if c.dead {
+		c.idle.Broadcast() // the teardown may be waiting for it
+	}
+}
+
+// failLocked ends the connection because of err (the first cause wins).
+// term, if not nil, is a Terminate FPDU the teardown writes before it
+// closes the stream. Called with q.mu held.
 func (c *connection) failLocked(err error, term []byte) {
 	if !c.failed {
 		c.failed, c.err = true, err
@@ -165,7 +228,6 @@ func (c *connection) fail(err error, term []byte) {
 	c.q.mu.Lock()
 	c.failLocked(err, term)
 	c.q.mu.Unlock()
-	c.wake()
 }
 
 // abort resets the stream. It is safe at any time and idempotent; it also
@@ -173,6 +235,16 @@ func (c *connection) fail(err error, term []byte) {
 func (c *connection) abort() {
 	_ = c.tc.SetLinger(0)
 	_ = c.tc.Close()
+}
+
+// wait returns once the connection is quiescent and, unless the teardown
+// is calling OnDisconnect (which may itself call Disconnect or Close of
+// the QP: waiting for it could deadlock), once its goroutine is done.
+func (c *connection) wait() {
+	<-c.quiesced
+	if !c.notify {
+		<-c.closed
+	}
 }
 
 // getWR returns a recycled or new sendWR. Called with q.mu held.
@@ -185,37 +257,29 @@ func (c *connection) getWR() *sendWR {
 	return new(sendWR)
 }
 
-// completeDone posts the completions of the finished WRs at the front of
-// the send queue, in post order. Called with q.mu held.
-func (c *connection) completeDone() { c.popDone(false) }
-
-// completeDoneInline is completeDone for a caller that delivers the events
-// itself (eventQueue.deliver) after releasing q.mu, or wakes the sender
-// goroutine to do so when it reports orphans.
-func (c *connection) completeDoneInline() (orphans bool) { return c.popDone(true) }
-
-func (c *connection) popDone(inline bool) (orphans bool) {
-	for c.sq.len() > c.queued && (*c.sq.front()).state == wrDone {
-		w := c.sq.pop()
-		if inline {
-			if c.q.events.queue(event{c: w.completion()}) {
-				orphans = true
-			}
-		} else {
-			c.q.events.complete(w.completion())
+// completeSendLocked finishes a send-side WR: its completion goes to the
+// send CQ unless it is a successful unsignalled Send or Write (whose
+// success the next completion of the QP implies), and the WR is recycled.
+// Called with q.mu held.
+func (c *connection) completeSendLocked(w *sendWR) {
+	if w.op == driver.OpRDMARead || w.status != driver.StatusSuccess || w.flags&driver.SendSignaled != 0 {
+		if c.scq != nil {
+			c.scq.push(w.completion(c.tag))
 		}
-		*w = sendWR{}
-		c.free = append(c.free, w)
 	}
-	return orphans
+	c.outstanding--
+	*w = sendWR{}
+	c.free = append(c.free, w)
 }
 
 // finish tears the connection down once the receiver has stopped, for
 // whatever reason (reason is the receiver's verdict: nil for the peer's
-// orderly close). It stops the sender (after it wrote a pending Terminate,
-// bounded by close_timeout), flushes every outstanding work request in post
-// order, reports Disconnected unless this side asked for the teardown,
-// and closes the socket.
+// orderly close). It takes the writer token for good (waiting for the
+// writer holding it, whose blocked write the closed socket or the
+// Terminate deadline cuts short), writes a pending Terminate, drops every
+// unfinished work request (package dat flushes them), and only then
+// declares the connection quiescent and, if the peer ended it, calls
+// OnDisconnect.
 func (c *connection) finish(rx *receiver, reason error) {
 	q := c.q
 	q.mu.Lock()
@@ -223,60 +287,52 @@ func (c *connection) finish(rx *receiver, reason error) {
 		c.failed, c.err = true, reason
 	}
 	c.dead = true
-	term := c.term != nil
+	term := c.term
 	q.mu.Unlock()
-	c.wake()
-
-	if term {
-		// Give the sender time to put the Terminate on the wire (it may
-		// be in the middle of a write the peer does not read).
-		t := time.NewTimer(c.termWait)
-		select {
-		case <-c.senderDone:
-		case <-t.C:
-			c.abort()
-		}
-		t.Stop()
+	if term != nil {
+		// Let a blocked writer finish its FPDU, and then the Terminate,
+		// only for so long (the peer may not be reading).
+		_ = c.tc.SetWriteDeadline(time.Now().Add(c.termWait))
 	} else {
 		_ = c.tc.Close()
 	}
-	<-c.senderDone
 
 	q.mu.Lock()
-	// Receives: the one in progress is the oldest.
-	if rx.haveRecv {
-		rx.completeRecvLocked(driver.StatusFlushed, 0, false, false)
+	for c.writing && !c.finSent {
+		c.idle.Wait()
 	}
-	if c.srq == nil {
-		for q.rq.len() > 0 {
-			q.events.flushRecv(q.rq.pop().cookie)
-		}
-	}
-	// Send queue: anything not completed yet flushes, in order; a WR that
-	// failed keeps its error status.
-	for c.sq.len() > 0 {
-		w := c.sq.pop()
-		if w.state != wrDone || w.status == driver.StatusSuccess {
-			w.status = driver.StatusFlushed
-		}
-		q.events.complete(w.completion())
-	}
-	c.queued = 0
-	c.reads.clear()
-	c.rresp.clear()
-	for q.late.len() > 0 {
-		q.events.complete(q.late.pop())
-	}
-	if q.conn == c {
-		q.flushed = true
-		if !c.local && q.state == qpConnected {
-			q.state = qpDisconnected
-			q.events.disconnected(c.err)
-		}
-	}
+	canWrite := !c.writing
+	c.writing = true // nobody writes but this goroutine from now on
 	q.mu.Unlock()
+	c.senders.Wait()
 
-	if term {
+	if term != nil && canWrite {
+		// Finish the FPDU a writer was cut in, then the Terminate.
+		s := c.tx
+		ok := true
+		if s.partial {
+			ok, _ = s.write(true)
+		}
+		if ok {
+			_, _ = c.tc.Write(term)
+		}
+	}
+
+	q.mu.Lock()
+	c.dropLocked(rx)
+	if q.state == qpConnected {
+		q.state = qpEnded
+	}
+	onDisc := q.cfg.OnDisconnect
+	c.notify = !c.local && onDisc != nil
+	notify, err := c.notify, c.err
+	q.mu.Unlock()
+	close(c.quiesced)
+	if notify {
+		onDisc(err)
+	}
+
+	if term != nil {
 		// Let the Terminate reach the peer: send FIN and read until its
 		// close (briefly), since closing with unread input would make the
 		// kernel send a reset that can overtake the Terminate.
@@ -288,7 +344,31 @@ func (c *connection) finish(rx *receiver, reason error) {
 	close(c.closed)
 }
 
-// lostError turns a socket error of the receiver into the Disconnected
+// dropLocked forgets every unfinished work request without completing it
+// (the driver contract leaves flushing to package dat) and every reference
+// to registered memory. Called with q.mu held, by the receiver goroutine
+// in its teardown, once no writer is left.
+func (c *connection) dropLocked(rx *receiver) {
+	q := c.q
+	rx.dropRecv()
+	rx.rd = nil
+	if c.srq == nil {
+		q.rq.clear()
+	}
+	s := c.tx
+	s.partial = false
+	clear(s.bufs)
+	s.wbuf = nil
+	clear(s.items)
+	s.items = s.items[:0]
+	c.pending.clear()
+	c.reads.clear()
+	c.rresp.clear()
+	c.outstanding = 0
+	c.free = nil
+}
+
+// lostError turns a socket error of the receiver into the OnDisconnect
 // argument.
 func lostError(err error) error {
 	if errors.Is(err, io.EOF) {

@@ -36,6 +36,7 @@ func (q *QP) Connect(ctx context.Context, remote net.Addr, privateData []byte) (
 	if err = q.finishAttempt(a, c, err); err != nil {
 		return driver.ConnectResult{}, fmt.Errorf("%s: %w", prefix, err)
 	}
+	res.Local, res.Remote = c.info.Local, c.info.Remote
 	return res, nil
 }
 

@@ -34,13 +34,18 @@ func TestConnectAcceptPrivateData(t *testing.T) {
 
 			ch := connectAsync(ctx, ini, l.Addr(), reqPD)
 			r := accept(t, ctx, l)
-			if !bytes.Equal(r.PrivateData(), reqPD) {
-				t.Fatalf("request private data %x, want %x", r.PrivateData(), reqPD)
+			info := r.Info()
+			if !bytes.Equal(info.PrivateData, reqPD) {
+				t.Fatalf("request private data %x, want %x", info.PrivateData, reqPD)
 			}
-			if ird, ord := r.ReadLimits(); ird != 1 || ord != 1 {
-				t.Fatalf("ReadLimits = %d/%d, want 1/1", ird, ord)
+			if info.IRD != 1 || info.ORD != 1 {
+				t.Fatalf("request IRD/ORD = %d/%d, want 1/1", info.IRD, info.ORD)
 			}
-			if err := r.Accept(ctx, resp, repPD); err != nil {
+			if info.Local.String() != l.Addr().String() || info.Remote == nil {
+				t.Fatalf("request addresses %v <- %v, listener %v", info.Local, info.Remote, l.Addr())
+			}
+			acc, err := r.Accept(ctx, resp, repPD)
+			if err != nil {
 				t.Fatalf("accept: %v", err)
 			}
 			res := waitConnect(t, ch)
@@ -50,11 +55,17 @@ func TestConnectAcceptPrivateData(t *testing.T) {
 			if !bytes.Equal(res.res.PrivateData, repPD) {
 				t.Fatalf("accept private data %x, want %x", res.res.PrivateData, repPD)
 			}
+			if acc.PrivateData != nil {
+				t.Fatalf("accepting side got private data %x", acc.PrivateData)
+			}
 
-			il, ir := ini.Addrs()
-			rl, rr := resp.Addrs()
+			il, ir := res.res.Local, res.res.Remote
+			rl, rr := acc.Local, acc.Remote
 			if il == nil || ir == nil || il.String() != rr.String() || ir.String() != rl.String() {
 				t.Fatalf("addresses do not match: initiator %v->%v, responder %v->%v", il, ir, rl, rr)
+			}
+			if rr.String() != info.Remote.String() {
+				t.Fatalf("responder remote %v, request from %v", rr, info.Remote)
 			}
 			if ir.String() != l.Addr().String() {
 				t.Fatalf("initiator remote %v, listener %v", ir, l.Addr())
@@ -84,20 +95,20 @@ func TestPrivateDataTooLong(t *testing.T) {
 	// The refused call left the QP unconnected: a normal connect works.
 	ch := connectAsync(ctx, ini, l.Addr(), nil)
 	r := accept(t, ctx, l)
-	if err := r.Accept(ctx, resp, long); err == nil || !strings.Contains(err.Error(), "exceed") {
+	if _, err := r.Accept(ctx, resp, long); err == nil || !strings.Contains(err.Error(), "exceed") {
 		t.Fatalf("accept with %d bytes: %v, want a length error", len(long), err)
 	}
 	if err := r.Reject(long); err == nil || !strings.Contains(err.Error(), "exceed") {
 		t.Fatalf("reject with %d bytes: %v, want a length error", len(long), err)
 	}
 	// Still pending: a valid accept goes through.
-	if err := r.Accept(ctx, resp, nil); err != nil {
+	if _, err := r.Accept(ctx, resp, nil); err != nil {
 		t.Fatalf("accept: %v", err)
 	}
 	if res := waitConnect(t, ch); res.err != nil {
 		t.Fatalf("connect: %v", res.err)
 	}
-	if err := r.Accept(ctx, resp, nil); err == nil {
+	if _, err := r.Accept(ctx, resp, nil); err == nil {
 		t.Fatal("second accept of the same request succeeded")
 	}
 }
@@ -128,13 +139,12 @@ func TestReject(t *testing.T) {
 			if !strings.Contains(res.err.Error(), "iwarp: connect "+l.Addr().String()) {
 				t.Fatalf("error %q does not say what failed", res.err)
 			}
-			// Rejected QPs are disconnected: connecting again needs Reset.
+			// A QP connects at most once: a rejected one cannot try
+			// again; package dat makes a new QP.
 			if _, err := ini.Connect(ctx, l.Addr(), nil); !errors.Is(err, driver.ErrNotConnected) {
-				t.Fatalf("connect without reset: %v, want ErrNotConnected", err)
+				t.Fatalf("second connect of a QP: %v, want ErrNotConnected", err)
 			}
-			if err := ini.Reset(); err != nil {
-				t.Fatal(err)
-			}
+			ini = newQP(t, ia, defaultQPConfig, nil)
 			ch = connectAsync(ctx, ini, l.Addr(), nil)
 			r = accept(t, ctx, l)
 			if err := r.Reject(nil); err != nil {
@@ -190,13 +200,13 @@ func TestMPARevision1(t *testing.T) {
 
 	ch := connectAsync(ctx, iq, l.Addr(), []byte("v1"))
 	r := accept(t, ctx, l)
-	if ird, ord := r.ReadLimits(); ird != iwarp.MaxIRD || ord != iwarp.MaxORD {
-		t.Fatalf("rev 1 ReadLimits = %d/%d, want the maxima", ird, ord)
+	if info := r.Info(); info.IRD != iwarp.MaxIRD || info.ORD != iwarp.MaxORD {
+		t.Fatalf("rev 1 request IRD/ORD = %d/%d, want the maxima", info.IRD, info.ORD)
 	}
-	if string(r.PrivateData()) != "v1" {
-		t.Fatalf("private data %q", r.PrivateData())
+	if string(r.Info().PrivateData) != "v1" {
+		t.Fatalf("private data %q", r.Info().PrivateData)
 	}
-	if err := r.Accept(ctx, rq, []byte("ok")); err != nil {
+	if _, err := r.Accept(ctx, rq, []byte("ok")); err != nil {
 		t.Fatal(err)
 	}
 	res := waitConnect(t, ch)
@@ -224,10 +234,10 @@ func TestMPARevision1Raw(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := accept(t, ctx, l)
-	if string(r.PrivateData()) != "abc" {
-		t.Fatalf("private data %q", r.PrivateData())
+	if string(r.Info().PrivateData) != "abc" {
+		t.Fatalf("private data %q", r.Info().PrivateData)
 	}
-	if err := r.Accept(ctx, q, []byte("xyz")); err != nil {
+	if _, err := r.Accept(ctx, q, []byte("xyz")); err != nil {
 		t.Fatal(err)
 	}
 	f, err := readFrame(c)
@@ -269,7 +279,7 @@ func TestCRCNegotiation(t *testing.T) {
 		q := newQP(t, ia, defaultQPConfig, nil)
 		c := dialRaw(t, l.Addr())
 		c.Write(mpaFrame(keyReq, flagC|flagE, 2, v2Block(1, 1)))
-		if err := accept(t, ctx, l).Accept(ctx, q, nil); err != nil {
+		if _, err := accept(t, ctx, l).Accept(ctx, q, nil); err != nil {
 			t.Fatal(err)
 		}
 		f, err := readFrame(c)
@@ -300,10 +310,10 @@ func TestIRDORDNegotiation(t *testing.T) {
 	rq := newQP(t, ia, driver.QPConfig{MaxRecvWR: 1, IRD: 2, ORD: 16}, nil)
 	ch := connectAsync(ctx, iq, l.Addr(), nil)
 	r := accept(t, ctx, l)
-	if ird, ord := r.ReadLimits(); ird != 4 || ord != 8 {
-		t.Fatalf("ReadLimits %d/%d, want 4/8", ird, ord)
+	if info := r.Info(); info.IRD != 4 || info.ORD != 8 {
+		t.Fatalf("request IRD/ORD %d/%d, want 4/8", info.IRD, info.ORD)
 	}
-	if err := r.Accept(ctx, rq, nil); err != nil {
+	if _, err := r.Accept(ctx, rq, nil); err != nil {
 		t.Fatal(err)
 	}
 	if res := waitConnect(t, ch); res.err != nil {
@@ -342,7 +352,7 @@ func TestIRDORDRaw(t *testing.T) {
 			q := newQP(t, ia, defaultQPConfig, nil) // IRD 1, ORD 1
 			c := dialRaw(t, l.Addr())
 			c.Write(mpaFrame(keyReq, flagE, 2, v2Block(tc.reqIRD, tc.reqORD)))
-			if err := accept(t, ctx, l).Accept(ctx, q, nil); err != nil {
+			if _, err := accept(t, ctx, l).Accept(ctx, q, nil); err != nil {
 				t.Fatal(err)
 			}
 			f, err := readFrame(c)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -83,106 +82,6 @@ func fillRandom(b []byte, seed uint64) {
 	}
 }
 
-// sink is a QPHandler that queues completions for waiting tests.
-type sink struct {
-	mu    sync.Mutex
-	all   []driver.Completion
-	ch    chan driver.Completion
-	disc  chan error
-	ndisc int
-	// onRecv, if set, runs in the handler for every receive completion
-	// (every completion with onAll).
-	onRecv func(driver.Completion)
-	onAll  bool
-}
-
-func newSink() *sink {
-	return &sink{ch: make(chan driver.Completion, 1<<14), disc: make(chan error, 4)}
-}
-
-func (s *sink) Completion(c driver.Completion) {
-	s.mu.Lock()
-	s.all = append(s.all, c)
-	f := s.onRecv
-	s.mu.Unlock()
-	if f != nil && (c.Op == driver.OpRecv || s.onAll) {
-		f(c)
-	}
-	s.ch <- c
-}
-
-func (s *sink) setOnRecv(f func(driver.Completion)) {
-	s.mu.Lock()
-	s.onRecv = f
-	s.mu.Unlock()
-}
-
-func (s *sink) setOnAll(f func(driver.Completion)) {
-	s.mu.Lock()
-	s.onRecv, s.onAll = f, true
-	s.mu.Unlock()
-}
-
-func (s *sink) Disconnected(err error) {
-	s.mu.Lock()
-	s.ndisc++
-	s.mu.Unlock()
-	s.disc <- err
-}
-
-// next waits for the next completion.
-func (s *sink) next(t testing.TB) driver.Completion {
-	t.Helper()
-	select {
-	case c := <-s.ch:
-		return c
-	case <-time.After(testTimeout):
-		t.Fatal("no completion")
-		return driver.Completion{}
-	}
-}
-
-// wait waits for n completions and returns them.
-func (s *sink) wait(t testing.TB, n int) []driver.Completion {
-	t.Helper()
-	cs := make([]driver.Completion, n)
-	for i := range cs {
-		cs[i] = s.next(t)
-	}
-	return cs
-}
-
-// expectSuccess waits for a successful completion of the given cookie.
-func (s *sink) expectSuccess(t testing.TB, cookie uint64, op driver.Opcode, length uint32) driver.Completion {
-	t.Helper()
-	c := s.next(t)
-	if c.Cookie != cookie || c.Op != op || c.Status != driver.StatusSuccess || c.Length != length {
-		t.Fatalf("completion %+v, want cookie %d op %d success length %d", c, cookie, op, length)
-	}
-	return c
-}
-
-// none checks that no completion arrives within d.
-func (s *sink) none(t testing.TB, d time.Duration) {
-	t.Helper()
-	select {
-	case c := <-s.ch:
-		t.Fatalf("unexpected completion %+v", c)
-	case <-time.After(d):
-	}
-}
-
-func (s *sink) waitDisconnected(t testing.TB) error {
-	t.Helper()
-	select {
-	case err := <-s.disc:
-		return err
-	case <-time.After(testTimeout):
-		t.Fatal("no Disconnected event")
-		return nil
-	}
-}
-
 // side is one end of a data-path test: an IA, a PD and QP configuration.
 type side struct {
 	ia *iwarp.IA
@@ -227,7 +126,7 @@ func connectData(t *testing.T, a, b side, acfg, bcfg driver.QPConfig, prepIni, p
 	}
 	ch := connectAsync(ctx, p.ini, l.Addr(), nil)
 	r := accept(t, ctx, l)
-	if err := r.Accept(ctx, p.resp, nil); err != nil {
+	if _, err := r.Accept(ctx, p.resp, nil); err != nil {
 		t.Fatalf("accept: %v", err)
 	}
 	if res := waitConnect(t, ch); res.err != nil {
@@ -255,7 +154,7 @@ type rawPeer struct {
 // rawConnect makes a raw initiator connect to a responder QP on s created
 // with cfg; prep runs on the QP before the connection (post receives).
 // ird/ord are what the raw initiator advertises.
-func rawConnect(t *testing.T, s side, cfg driver.QPConfig, h driver.QPHandler, crc bool, ird, ord uint16, prep func(*iwarp.QP)) (*rawPeer, *iwarp.QP) {
+func rawConnect(t *testing.T, s side, cfg driver.QPConfig, h *sink, crc bool, ird, ord uint16, prep func(*iwarp.QP)) (*rawPeer, *iwarp.QP) {
 	t.Helper()
 	ctx := testCtx(t)
 	l := listen(t, s.ia, driver.ListenConfig{})
@@ -279,7 +178,7 @@ func rawConnect(t *testing.T, s side, cfg driver.QPConfig, h driver.QPHandler, c
 	if _, err := c.Write(b); err != nil {
 		t.Fatal(err)
 	}
-	if err := accept(t, ctx, l).Accept(ctx, q, nil); err != nil {
+	if _, err := accept(t, ctx, l).Accept(ctx, q, nil); err != nil {
 		t.Fatalf("accept: %v", err)
 	}
 	var hdr [wire.MPAHeaderLen]byte
@@ -369,14 +268,14 @@ func (p *rawPeer) expectNothing(t testing.TB, d time.Duration) {
 	p.c.SetReadDeadline(time.Now().Add(testTimeout))
 }
 
-// assertTerminateError checks a Disconnected error against a cause.
+// assertTerminateError checks an OnDisconnect error against a cause.
 func assertTerminateError(t testing.TB, err error, layer wire.TermLayer, etype, ecode uint8) {
 	t.Helper()
 	var te *iwarp.TerminateError
 	if !errors.As(err, &te) {
-		t.Fatalf("Disconnected(%v), want a *iwarp.TerminateError", err)
+		t.Fatalf("OnDisconnect(%v), want a *iwarp.TerminateError", err)
 	}
 	if te.Remote || te.Layer != uint8(layer) || te.EType != etype || te.ECode != ecode {
-		t.Fatalf("Disconnected(%v) = %+v, want local Terminate %d/%d/%d", err, *te, layer, etype, ecode)
+		t.Fatalf("OnDisconnect(%v) = %+v, want local Terminate %d/%d/%d", err, *te, layer, etype, ecode)
 	}
 }

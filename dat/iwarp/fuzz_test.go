@@ -66,11 +66,6 @@ func (r *fuzzRegion) guardsIntact() bool {
 	return true
 }
 
-type fuzzHandler struct{ disc chan error }
-
-func (h *fuzzHandler) Completion(driver.Completion) {}
-func (h *fuzzHandler) Disconnected(err error)       { h.disc <- err }
-
 // substitute replaces the STag and address markers in stream.
 func substitute(stream []byte, regions []*fuzzRegion) []byte {
 	out := make([]byte, 0, len(stream))
@@ -126,15 +121,18 @@ func fuzzOne(t testing.TB, ln net.Listener, data []byte) {
 		fixCRCs(stream)
 	}
 
-	h := &fuzzHandler{disc: make(chan error, 1)}
-	dq, err := ia.CreateQP(driver.QPConfig{PD: pd, MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 2, MaxRecvSGE: 2, IRD: 2, ORD: 2}, h)
+	disc := make(chan error, 1)
+	cq := newCQ(8) // nobody polls it: it must just hold what arrives
+	defer cq.Close()
+	dq, err := ia.CreateQP(driver.QPConfig{PD: pd, SendCQ: cq, RecvCQ: cq, MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 2, MaxRecvSGE: 2, IRD: 2, ORD: 2,
+		OnDisconnect: func(err error) { disc <- err }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	q := dq.(*QP)
 	recv := regions[1].mr
-	_ = q.PostRecv(driver.RecvWR{Cookie: 1, Local: []driver.SGE{{Addr: recv.Addr(), Length: 100, LKey: recv.LKey()}}})
-	_ = q.PostRecv(driver.RecvWR{Cookie: 2, Local: []driver.SGE{
+	_ = q.PostRecv(driver.RecvWR{ID: 1, Local: []driver.SGE{{Addr: recv.Addr(), Length: 100, LKey: recv.LKey()}}})
+	_ = q.PostRecv(driver.RecvWR{ID: 2, Local: []driver.SGE{
 		{Addr: recv.Addr() + 1000, Length: 64, LKey: recv.LKey()}, {Addr: recv.Addr() + 2000, Length: 2000, LKey: recv.LKey()}}})
 
 	// Socket pair: ours is the accepted end, the fuzz peer dials.
@@ -153,11 +151,11 @@ func fuzzOne(t testing.TB, ln net.Listener, data []byte) {
 	}
 	c := newConnection(nc.(*net.TCPConn), info)
 	q.mu.Lock()
-	q.state, q.conn, q.flushed = qpConnected, c, false
+	q.state, q.conn = qpConnected, c
 	c.start(q)
 	q.mu.Unlock()
 	if flags&4 != 0 {
-		_ = q.PostSend(driver.SendWR{Cookie: 3, Op: driver.OpRDMARead,
+		_ = q.PostSend(driver.SendWR{ID: 3, Op: driver.OpRDMARead,
 			Local:  []driver.SGE{{Addr: recv.Addr() + 3000, Length: 64, LKey: recv.LKey()}},
 			Remote: driver.RemoteSegment{Addr: 0x1000, Length: 64, RKey: 0x4242}})
 		// A real peer answers only after the Request left: wait for that.
@@ -183,9 +181,9 @@ func fuzzOne(t testing.TB, ln net.Listener, data []byte) {
 		_, _ = io.Copy(io.Discard, peer)
 	}()
 	select {
-	case err := <-h.disc:
+	case err := <-disc:
 		if fuzzVerbose {
-			t.Logf("Disconnected(%v)", err)
+			t.Logf("OnDisconnect(%v)", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("connection did not end within 10s for input %x", data)

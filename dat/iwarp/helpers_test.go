@@ -4,11 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"net"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,64 +58,142 @@ func listen(t *testing.T, ia *iwarp.IA, cfg driver.ListenConfig) *iwarp.Listener
 
 func listenAddr(l driver.Listener) *net.TCPAddr { return l.Addr().(*net.TCPAddr) }
 
-// recorder is a QPHandler that records what it is told.
-type recorder struct {
-	mu           sync.Mutex
-	completions  []driver.Completion
-	disconnects  int
-	log          []string   // "C<cookie>" per completion, "D" per Disconnected
-	disconnected chan error // every Disconnected call, buffered
+// sink collects what one QP reports: the completions on its CQ (both the
+// send and the receive CQ of the QP) and its OnDisconnect calls. Only the
+// test goroutine takes completions from it, as package dat lets one
+// goroutine at a time wait on a CQ.
+type sink struct {
+	cq    *iwarp.CQ
+	tag   uint32
+	disc  chan error // every OnDisconnect call, buffered
+	ndisc atomic.Int32
+	buf   []driver.Completion // polled, not returned yet
+	dst   [16]driver.Completion
 }
 
-func newRecorder() *recorder { return &recorder{disconnected: make(chan error, 16)} }
+// nextTag gives every sink's QP a Tag of its own, so that a completion
+// carrying another QP's Tag is noticed.
+var nextTag atomic.Uint32
 
-func (r *recorder) Completion(c driver.Completion) {
-	r.mu.Lock()
-	r.completions = append(r.completions, c)
-	r.log = append(r.log, fmt.Sprintf("C%d", c.Cookie))
-	r.mu.Unlock()
+func newSink() *sink {
+	return &sink{tag: nextTag.Add(1) + 1000, disc: make(chan error, 16)}
 }
 
-func (r *recorder) Disconnected(err error) {
-	r.mu.Lock()
-	r.disconnects++
-	r.log = append(r.log, "D")
-	r.mu.Unlock()
-	r.disconnected <- err
+// bind returns cfg with the sink's CQ (created on ia the first time),
+// Tag and OnDisconnect.
+func (s *sink) bind(t testing.TB, ia *iwarp.IA, cfg driver.QPConfig) driver.QPConfig {
+	t.Helper()
+	if s.cq == nil {
+		cq, err := ia.CreateCQ(driver.CQConfig{Size: 64})
+		if err != nil {
+			t.Fatalf("create CQ: %v", err)
+		}
+		s.cq = cq.(*iwarp.CQ)
+		t.Cleanup(func() { cq.Close() })
+	}
+	cfg.SendCQ, cfg.RecvCQ, cfg.Tag = s.cq, s.cq, s.tag
+	cfg.OnDisconnect = func(err error) {
+		s.ndisc.Add(1)
+		s.disc <- err
+	}
+	return cfg
 }
 
-func (r *recorder) counts() (completions []driver.Completion, disconnects int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]driver.Completion(nil), r.completions...), r.disconnects
+// poll returns the next completion if one is there, without waiting.
+func (s *sink) poll(t testing.TB) (driver.Completion, bool) {
+	t.Helper()
+	if len(s.buf) == 0 {
+		n := s.cq.Poll(s.dst[:])
+		s.buf = append(s.buf[:0], s.dst[:n]...)
+	}
+	if len(s.buf) == 0 {
+		return driver.Completion{}, false
+	}
+	c := s.buf[0]
+	s.buf = s.buf[1:]
+	if c.QPTag != s.tag {
+		t.Fatalf("completion %+v carries Tag %d, want %d", c, c.QPTag, s.tag)
+	}
+	return c, true
 }
 
-func (r *recorder) events() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return strings.Join(r.log, " ")
+// nextWithin waits up to d for the next completion.
+func (s *sink) nextWithin(t testing.TB, d time.Duration) (driver.Completion, bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		if c, ok := s.poll(t); ok {
+			return c, true
+		}
+		if !time.Now().Before(deadline) {
+			return driver.Completion{}, false
+		}
+		if err := s.cq.Wait(deadline); err != nil {
+			t.Fatalf("CQ wait: %v", err)
+		}
+	}
 }
 
-// waitDisconnected returns the argument of the next Disconnected call.
-func (r *recorder) waitDisconnected(t *testing.T) error {
+// next waits for the next completion.
+func (s *sink) next(t testing.TB) driver.Completion {
+	t.Helper()
+	c, ok := s.nextWithin(t, testTimeout)
+	if !ok {
+		t.Fatal("no completion")
+	}
+	return c
+}
+
+// wait waits for n completions and returns them.
+func (s *sink) wait(t testing.TB, n int) []driver.Completion {
+	t.Helper()
+	cs := make([]driver.Completion, n)
+	for i := range cs {
+		cs[i] = s.next(t)
+	}
+	return cs
+}
+
+// expectSuccess waits for a successful completion of the given ID.
+func (s *sink) expectSuccess(t testing.TB, id uint64, op driver.Opcode, length uint32) driver.Completion {
+	t.Helper()
+	c := s.next(t)
+	if c.WRID != id || c.Op != op || c.Status != driver.StatusSuccess || c.Length != length {
+		t.Fatalf("completion %+v, want ID %d op %d success length %d", c, id, op, length)
+	}
+	return c
+}
+
+// none checks that no completion arrives within d.
+func (s *sink) none(t testing.TB, d time.Duration) {
+	t.Helper()
+	if c, ok := s.nextWithin(t, d); ok {
+		t.Fatalf("unexpected completion %+v", c)
+	}
+}
+
+// waitDisconnected returns the argument of the next OnDisconnect call.
+func (s *sink) waitDisconnected(t testing.TB) error {
 	t.Helper()
 	select {
-	case err := <-r.disconnected:
+	case err := <-s.disc:
 		return err
 	case <-time.After(testTimeout):
-		t.Fatal("no Disconnected event")
+		t.Fatal("no OnDisconnect call")
 		return nil
 	}
 }
 
 var defaultQPConfig = driver.QPConfig{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1, IRD: 1, ORD: 1}
 
-func newQP(t *testing.T, ia *iwarp.IA, cfg driver.QPConfig, h driver.QPHandler) *iwarp.QP {
+// newQP creates a QP on ia reporting to s (a fresh sink if nil); the
+// test's cleanup closes it.
+func newQP(t testing.TB, ia *iwarp.IA, cfg driver.QPConfig, s *sink) *iwarp.QP {
 	t.Helper()
-	if h == nil {
-		h = newRecorder()
+	if s == nil {
+		s = newSink()
 	}
-	q, err := ia.CreateQP(cfg, h)
+	q, err := ia.CreateQP(s.bind(t, ia, cfg))
 	if err != nil {
 		t.Fatalf("create QP: %v", err)
 	}
@@ -162,7 +239,7 @@ func accept(t *testing.T, ctx context.Context, l driver.Listener) *iwarp.Request
 // pair is an established connection between two QPs of two IAs.
 type pair struct {
 	ini, resp       *iwarp.QP
-	iniRec, respRec *recorder
+	iniRec, respRec *sink
 }
 
 // connectPair connects a fresh initiator QP on ini to a fresh responder QP
@@ -171,12 +248,12 @@ func connectPair(t *testing.T, ini, resp *iwarp.IA, iniCfg, respCfg driver.QPCon
 	t.Helper()
 	ctx := testCtx(t)
 	l := listen(t, resp, driver.ListenConfig{})
-	p := pair{iniRec: newRecorder(), respRec: newRecorder()}
+	p := pair{iniRec: newSink(), respRec: newSink()}
 	p.ini = newQP(t, ini, iniCfg, p.iniRec)
 	p.resp = newQP(t, resp, respCfg, p.respRec)
 	ch := connectAsync(ctx, p.ini, l.Addr(), nil)
 	r := accept(t, ctx, l)
-	if err := r.Accept(ctx, p.resp, nil); err != nil {
+	if _, err := r.Accept(ctx, p.resp, nil); err != nil {
 		t.Fatalf("accept request: %v", err)
 	}
 	if res := waitConnect(t, ch); res.err != nil {

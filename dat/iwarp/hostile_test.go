@@ -103,13 +103,13 @@ func TestHostileInitiators(t *testing.T) {
 	actx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if r, err := l.Accept(actx); err == nil {
-		t.Fatalf("a hostile request reached Accept: %v", r.RemoteAddr())
+		t.Fatalf("a hostile request reached Accept: %v", r.Info().Remote)
 	}
 	ctx := testCtx(t)
 	q := newQP(t, ia, defaultQPConfig, nil)
 	resp := newQP(t, ia, defaultQPConfig, nil)
 	ch := connectAsync(ctx, q, l.Addr(), []byte("still alive?"))
-	if err := accept(t, ctx, l).Accept(ctx, resp, nil); err != nil {
+	if _, err := accept(t, ctx, l).Accept(ctx, resp, nil); err != nil {
 		t.Fatal(err)
 	}
 	if res := waitConnect(t, ch); res.err != nil {
@@ -127,9 +127,9 @@ func TestNoOverRead(t *testing.T) {
 	ctx := testCtx(t)
 	ia := openIA(t)
 	l := listen(t, ia, driver.ListenConfig{})
-	rec := newRecorder()
+	rec := newSink()
 	q := newQP(t, ia, defaultQPConfig, rec)
-	if err := q.PostRecv(driver.RecvWR{Cookie: 7}); err != nil {
+	if err := q.PostRecv(driver.RecvWR{ID: 7}); err != nil {
 		t.Fatal(err)
 	}
 	c := dialRaw(t, l.Addr())
@@ -137,10 +137,10 @@ func TestNoOverRead(t *testing.T) {
 	fpdu, _ := f.Append(nil, false)
 	c.Write(append(mpaFrame(keyReq, flagE, 2, append(v2Block(1, 1), "pd"...)), fpdu...))
 	r := accept(t, ctx, l)
-	if string(r.PrivateData()) != "pd" {
-		t.Fatalf("private data %q", r.PrivateData())
+	if string(r.Info().PrivateData) != "pd" {
+		t.Fatalf("private data %q", r.Info().PrivateData)
 	}
-	if err := r.Accept(ctx, q, nil); err != nil {
+	if _, err := r.Accept(ctx, q, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := readFrame(c); err != nil {
@@ -156,9 +156,10 @@ func TestNoOverRead(t *testing.T) {
 	c.Close()
 	// The QP's reader consumed the trailing FPDU and then saw the close.
 	if err := rec.waitDisconnected(t); err != nil {
-		t.Fatalf("Disconnected(%v), want nil", err)
+		t.Fatalf("OnDisconnect(%v), want nil", err)
 	}
-	if cs, _ := rec.counts(); len(cs) != 1 || cs[0].Cookie != 7 || cs[0].Status != driver.StatusSuccess || cs[0].Length != 0 {
-		t.Fatalf("completions %+v, want the receive completed with 0 bytes", cs)
+	if c, ok := rec.poll(t); !ok || c.WRID != 7 || c.Status != driver.StatusSuccess || c.Length != 0 {
+		t.Fatalf("completion %+v (%v), want the receive completed with 0 bytes", c, ok)
 	}
+	rec.none(t, 0)
 }

@@ -32,9 +32,18 @@ type IA struct {
 	closed    bool
 	qps       provkit.Set[*QP]
 	listeners provkit.Set[*Listener]
+
+	// conns counts the receive goroutines of connections, so that Close
+	// returns only when none is left.
+	conns sync.WaitGroup
 }
 
-var _ driver.IA = (*IA)(nil)
+var (
+	_ driver.IA         = (*IA)(nil)
+	_ driver.SRQCreator = (*IA)(nil)
+)
+
+func init() { driver.Register("iwarp", Driver{}) }
 
 func newIA(o options) *IA {
 	local := &net.TCPAddr{IP: o.ip}
@@ -48,7 +57,9 @@ func newIA(o options) *IA {
 	}
 }
 
-// Attr reports the adapter's limits.
+// Attr reports the adapter's limits and address. LocalAddr is a
+// *net.TCPAddr with port 0, whose IP is unspecified (0.0.0.0) when the IA
+// is not bound to an address.
 func (ia *IA) Attr() driver.IAAttr {
 	name := "iwarp"
 	if ia.opts.ip != nil {
@@ -57,6 +68,7 @@ func (ia *IA) Attr() driver.IAAttr {
 	return driver.IAAttr{
 		Name:            name,
 		Transport:       driver.TransportIWARP,
+		LocalAddr:       &net.TCPAddr{IP: append(net.IP(nil), ia.local.IP...)},
 		MaxQPs:          maxQPs,
 		MaxWRPerQP:      maxWRPerQP,
 		MaxSGE:          maxSGE,
@@ -70,15 +82,7 @@ func (ia *IA) Attr() driver.IAAttr {
 		SRQPDDifference: !ia.opts.sameSRQPD, // receives are plain Go memory; any PD will do
 		MaxMR:           maxMRs,
 		MaxMRSize:       maxMRSize,
-		MemoryWindows:   true, // windows are STags over part of a region (window.go)
 	}
-}
-
-// LocalAddr is the IA's address: a *net.TCPAddr with port 0, whose IP is
-// unspecified (0.0.0.0) when the IA is not bound to an address.
-func (ia *IA) LocalAddr() net.Addr {
-	a := *ia.local
-	return &a
 }
 
 // AllocPD allocates a protection domain.
@@ -91,8 +95,22 @@ func (ia *IA) AllocPD() (driver.PD, error) {
 	return &PD{ia: ia, mrs: make(map[uint32]*MR)}, nil
 }
 
-// CreateQP creates an unconnected QP whose events go to h.
-func (ia *IA) CreateQP(cfg driver.QPConfig, h driver.QPHandler) (driver.QP, error) {
+// CreateCQ creates a completion queue.
+func (ia *IA) CreateCQ(cfg driver.CQConfig) (driver.CQ, error) {
+	if cfg.Size < 0 {
+		return nil, fmt.Errorf("iwarp: create CQ: size %d: %w", cfg.Size, driver.ErrResources)
+	}
+	ia.mu.Lock()
+	defer ia.mu.Unlock()
+	if ia.closed {
+		return nil, errIAClosed
+	}
+	return newCQ(cfg.Size), nil
+}
+
+// CreateQP creates an unconnected QP. Its work requests complete on
+// cfg.SendCQ and cfg.RecvCQ, which must be CQs of this provider.
+func (ia *IA) CreateQP(cfg driver.QPConfig) (driver.QP, error) {
 	if err := ia.checkQPConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -104,7 +122,7 @@ func (ia *IA) CreateQP(cfg driver.QPConfig, h driver.QPHandler) (driver.QP, erro
 	if n := ia.qps.Len(); n >= maxQPs {
 		return nil, fmt.Errorf("iwarp: create QP: %d QPs exist: %w", n, driver.ErrResources)
 	}
-	q := newQP(ia, cfg, h)
+	q := newQP(ia, cfg)
 	ia.qps.Add(q) // cannot fail: Close takes ia.mu before closing the set
 	return q, nil
 }
@@ -116,6 +134,11 @@ func (ia *IA) checkQPConfig(cfg driver.QPConfig) error {
 		pd, ok := cfg.PD.(*PD)
 		if !ok || pd.ia != ia {
 			return fmt.Errorf("iwarp: QP config: PD %T does not belong to this IA: %w", cfg.PD, driver.ErrNotSupported)
+		}
+	}
+	for _, cq := range []driver.CQ{cfg.SendCQ, cfg.RecvCQ} {
+		if _, ok := cq.(*CQ); cq != nil && !ok {
+			return fmt.Errorf("iwarp: QP config: CQ %T is not of this provider: %w", cq, driver.ErrNotSupported)
 		}
 	}
 	if cfg.SRQ != nil {
@@ -138,7 +161,7 @@ func (ia *IA) checkQPConfig(cfg driver.QPConfig) error {
 }
 
 // CreateSRQ creates a shared receive queue in pd.
-func (ia *IA) CreateSRQ(pd driver.PD, cfg driver.SRQConfig, h driver.SRQHandler) (driver.SRQ, error) {
+func (ia *IA) CreateSRQ(pd driver.PD, cfg driver.SRQConfig) (driver.SRQ, error) {
 	p, ok := pd.(*PD)
 	if !ok || p.ia != ia {
 		return nil, fmt.Errorf("iwarp: create SRQ: PD %T does not belong to this IA: %w", pd, driver.ErrNotSupported)
@@ -152,7 +175,7 @@ func (ia *IA) CreateSRQ(pd driver.PD, cfg driver.SRQConfig, h driver.SRQHandler)
 	if ia.closed {
 		return nil, errIAClosed
 	}
-	return newSRQ(ia, p, cfg, h), nil
+	return newSRQ(ia, p, cfg), nil
 }
 
 // Listen starts a listener; see Listener.
@@ -175,8 +198,9 @@ func (ia *IA) Listen(cfg driver.ListenConfig) (driver.Listener, error) {
 }
 
 // Close releases the IA. Package dat closes every object first; whatever
-// is still open (listeners, QPs) is closed here so that no socket or
-// goroutine outlives the IA.
+// is still open (listeners, QPs) is closed here, and Close returns once
+// every connection's goroutine has ended, so that no socket or goroutine
+// outlives the IA.
 func (ia *IA) Close() error {
 	ia.mu.Lock()
 	if ia.closed {
@@ -187,6 +211,7 @@ func (ia *IA) Close() error {
 	ia.mu.Unlock()
 	ia.listeners.CloseAll()
 	ia.qps.CloseAll()
+	ia.conns.Wait()
 	return nil
 }
 

@@ -16,11 +16,38 @@ func TestAttr(t *testing.T) {
 	ia := openIA(t)
 	a := ia.Attr()
 	if a.Transport != driver.TransportIWARP || a.MaxPrivateData != 252 || a.MaxIRD != 128 || a.MaxORD != 128 ||
-		a.MaxReadSGE != 1 || !a.MemoryWindows || a.MaxSRQWR == 0 || !a.SRQPDDifference || a.Name != "iwarp:127.0.0.1" {
+		a.MaxReadSGE != 1 || a.MaxSRQWR == 0 || !a.SRQPDDifference || a.Name != "iwarp:127.0.0.1" {
 		t.Fatalf("attributes %+v", a)
 	}
-	if la := ia.LocalAddr().(*net.TCPAddr); !la.IP.Equal(net.IPv4(127, 0, 0, 1)) || la.Port != 0 {
+	if la := a.LocalAddr.(*net.TCPAddr); !la.IP.Equal(net.IPv4(127, 0, 0, 1)) || la.Port != 0 {
 		t.Fatalf("local address %v", la)
+	}
+	// The optional capabilities are there.
+	var dia driver.IA = ia
+	if _, ok := dia.(driver.SRQCreator); !ok {
+		t.Error("the IA is no driver.SRQCreator")
+	}
+	pd, err := ia.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := pd.(driver.WindowAllocator); !ok {
+		t.Error("the PD is no driver.WindowAllocator")
+	}
+	var q driver.QP = newQP(t, ia, defaultQPConfig, nil)
+	if _, ok := q.(driver.WindowBinder); !ok {
+		t.Error("the QP is no driver.WindowBinder")
+	}
+}
+
+// TestRegistered: importing the package registers the provider.
+func TestRegistered(t *testing.T) {
+	d, ok := driver.Lookup("iwarp")
+	if !ok {
+		t.Fatal(`no provider registered as "iwarp"`)
+	}
+	if _, ok := d.(iwarp.Driver); !ok {
+		t.Fatalf(`"iwarp" is a %T`, d)
 	}
 }
 
@@ -79,13 +106,13 @@ func TestUnboundIA(t *testing.T) {
 	}
 	ia := dia.(*iwarp.IA)
 	t.Cleanup(func() { ia.Close() })
-	if !ia.LocalAddr().(*net.TCPAddr).IP.IsUnspecified() {
-		t.Fatalf("local address %v", ia.LocalAddr())
+	if la := ia.Attr().LocalAddr; !la.(*net.TCPAddr).IP.IsUnspecified() {
+		t.Fatalf("local address %v", la)
 	}
 	// (Tests stay on 127.0.0.1, so only the dialing side is unbound.)
 	p := connectPair(t, ia, openIA(t), defaultQPConfig, defaultQPConfig)
-	if local, _ := p.ini.Addrs(); !local.(*net.TCPAddr).IP.IsLoopback() {
-		t.Fatalf("local address %v", local)
+	if info, _ := p.ini.ConnInfo(); !info.Local.(*net.TCPAddr).IP.IsLoopback() {
+		t.Fatalf("local address %v", info.Local)
 	}
 }
 
@@ -133,6 +160,9 @@ func TestRegister(t *testing.T) {
 	}
 }
 
+// foreignCQ is a CQ of some other provider.
+type foreignCQ struct{ driver.CQ }
+
 func TestCreateQPValidation(t *testing.T) {
 	leakCheck(t)
 	ia := openIA(t)
@@ -144,32 +174,30 @@ func TestCreateQPValidation(t *testing.T) {
 		{MaxSendWR: 1 << 20},
 		{MaxRecvSGE: 7},
 		{PD: opd},
+		{SendCQ: foreignCQ{}},
+		{RecvCQ: foreignCQ{}},
 	}
 	for _, cfg := range bad {
-		if q, err := ia.CreateQP(cfg, nil); err == nil {
+		if q, err := ia.CreateQP(cfg); err == nil {
 			q.Close()
 			t.Errorf("create QP %+v succeeded", cfg)
 		}
 	}
 }
 
-type srqHandler struct{ low chan struct{} }
-
-func (h srqHandler) LowWatermark() { h.low <- struct{}{} }
-
 func TestSRQ(t *testing.T) {
 	leakCheck(t)
 	ia := openIA(t)
 	pd, _ := ia.AllocPD()
-	if _, err := ia.CreateSRQ(pd, driver.SRQConfig{MaxRecvWR: 0}, nil); err == nil {
+	if _, err := ia.CreateSRQ(pd, driver.SRQConfig{MaxRecvWR: 0}); err == nil {
 		t.Fatal("SRQ without receives created")
 	}
-	s, err := ia.CreateSRQ(pd, driver.SRQConfig{MaxRecvWR: 2, MaxRecvSGE: 1}, srqHandler{make(chan struct{}, 1)})
+	s, err := ia.CreateSRQ(pd, driver.SRQConfig{MaxRecvWR: 2, MaxRecvSGE: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 2; i++ {
-		if err := s.PostRecv(driver.RecvWR{Cookie: uint64(i)}); err != nil {
+		if err := s.PostRecv(driver.RecvWR{ID: uint64(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -176,31 +176,27 @@ func TestMRSliceAndPDLookup(t *testing.T) {
 	}
 }
 
-type lowRecorder struct{ n int }
-
-func (r *lowRecorder) LowWatermark() { r.n++ }
-
 func TestSRQTakeWatermark(t *testing.T) {
 	ia := newIA(defaultOptions())
 	defer ia.Close()
 	pd, _ := ia.AllocPD()
-	h := &lowRecorder{}
-	ds, _ := ia.CreateSRQ(pd, driver.SRQConfig{MaxRecvWR: 4, LowWatermark: 2}, h)
+	low := 0
+	ds, _ := ia.CreateSRQ(pd, driver.SRQConfig{MaxRecvWR: 4, LowWatermark: 2, OnLowWatermark: func() { low++ }})
 	s := ds.(*SRQ)
 	for i := 0; i < 3; i++ {
-		s.PostRecv(driver.RecvWR{Cookie: uint64(i)})
+		s.PostRecv(driver.RecvWR{ID: uint64(i)})
 	}
 	for i := 0; i < 3; i++ {
 		wr, ok := s.take()
-		if !ok || wr.cookie != uint64(i) {
+		if !ok || wr.id != uint64(i) {
 			t.Fatalf("take %d: %+v %v", i, wr, ok)
 		}
 	}
 	if _, ok := s.take(); ok {
 		t.Fatal("take from an empty SRQ")
 	}
-	if h.n != 1 {
-		t.Fatalf("LowWatermark called %d times, want once", h.n)
+	if low != 1 {
+		t.Fatalf("OnLowWatermark called %d times, want once", low)
 	}
 }
 
@@ -219,10 +215,10 @@ func TestStartupGate(t *testing.T) {
 	defer dl.Close()
 	pd, _ := ia.AllocPD()
 	cfg := driver.QPConfig{PD: pd, MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
-	iq, _ := ia.CreateQP(cfg, nil)
-	rq, _ := ia.CreateQP(cfg, nil)
+	iq, _ := ia.CreateQP(cfg)
+	rq, _ := ia.CreateQP(cfg)
 	ini, resp := iq.(*QP), rq.(*QP)
-	if err := resp.PostRecv(driver.RecvWR{Cookie: 1}); err != nil {
+	if err := resp.PostRecv(driver.RecvWR{ID: 1}); err != nil {
 		t.Fatal(err)
 	}
 	errc := make(chan error, 1)
@@ -234,7 +230,7 @@ func TestStartupGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := req.Accept(ctx, resp, nil); err != nil {
+	if _, err := req.Accept(ctx, resp, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-errc; err != nil {

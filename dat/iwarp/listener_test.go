@@ -71,7 +71,7 @@ func TestSharePort(t *testing.T) {
 	case <-time.After(testTimeout):
 		t.Fatal("no request on either listener")
 	}
-	if err := r.Accept(ctx, resp, nil); err != nil {
+	if _, err := r.Accept(ctx, resp, nil); err != nil {
 		t.Fatal(err)
 	}
 	if res := waitConnect(t, ch); res.err != nil {
@@ -94,7 +94,7 @@ func TestBacklogFull(t *testing.T) {
 	_, err := second.Connect(ctx, l.Addr(), nil)
 	assertNonPeer(t, err)
 
-	if err := r.Accept(ctx, resp, nil); err != nil {
+	if _, err := r.Accept(ctx, resp, nil); err != nil {
 		t.Fatal(err)
 	}
 	if res := waitConnect(t, ch1); res.err != nil {
@@ -201,7 +201,7 @@ func TestListenerCloseKeepsReturnedRequests(t *testing.T) {
 	ch := connectAsync(ctx, q, l.Addr(), nil)
 	r := accept(t, ctx, l)
 	l.Close()
-	if err := r.Accept(ctx, resp, nil); err != nil {
+	if _, err := r.Accept(ctx, resp, nil); err != nil {
 		t.Fatal(err)
 	}
 	if res := waitConnect(t, ch); res.err != nil {

@@ -20,7 +20,10 @@ type PD struct {
 	mrs    map[uint32]*MR // by STag
 }
 
-var _ driver.PD = (*PD)(nil)
+var (
+	_ driver.PD              = (*PD)(nil)
+	_ driver.WindowAllocator = (*PD)(nil)
+)
 
 // Register registers buf. The region's address is the real address of
 // buf[0], so DTO segments and peers name memory exactly as with verbs; the

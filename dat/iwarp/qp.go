@@ -11,16 +11,17 @@ import (
 )
 
 // qpState is the provider-side life cycle of a QP. Package dat keeps the
-// full DAT EP state machine; these states only say what the QP's socket is
-// doing.
+// DAT EP state machine; these states only say what the QP's socket is
+// doing. A QP connects at most once: package dat creates a new QP to
+// connect an endpoint again.
 type qpState int
 
 const (
-	qpIdle         qpState = iota // unconnected: Connect/Accept allowed
-	qpConnecting                  // Connect or Request.Accept in progress
-	qpConnected                   // MPA done, socket owned by the QP
-	qpDisconnected                // connection gone or attempt failed; Reset to reuse
-	qpClosed                      // destroyed
+	qpIdle       qpState = iota // never connected: Connect/Accept allowed
+	qpConnecting                // Connect or Request.Accept in progress
+	qpConnected                 // MPA done, socket owned by the QP
+	qpEnded                     // connection gone or attempt failed
+	qpClosed                    // destroyed
 )
 
 func (s qpState) String() string {
@@ -31,7 +32,7 @@ func (s qpState) String() string {
 		return "connecting"
 	case qpConnected:
 		return "connected"
-	case qpDisconnected:
+	case qpEnded:
 		return "disconnected"
 	case qpClosed:
 		return "closed"
@@ -39,30 +40,24 @@ func (s qpState) String() string {
 	return fmt.Sprintf("qpState(%d)", int(s))
 }
 
-// QP is a reliable-connected queue pair over one TCP connection at a time.
-// It implements driver.QP.
+// QP is a reliable-connected queue pair over one TCP connection. It
+// implements driver.QP and driver.WindowBinder.
 type QP struct {
-	ia     *IA
-	events *eventQueue
+	ia       *IA
+	scq, rcq *CQ // the configuration's CQs, fixed at creation
 
 	mu      sync.Mutex
 	cfg     driver.QPConfig
 	state   qpState
 	attempt *attempt    // the establishment in progress (qpConnecting)
-	conn    *connection // current or last connection; nil when idle
+	conn    *connection // the connection, once established
 	rq      ring[recvWR]
-	// late holds the flushed completions of send-side WRs posted after a
-	// teardown began and before it flushed the send queue; they complete
-	// right after it, keeping post order.
-	late ring[driver.Completion]
-	// flushed is false from establishment until the connection's teardown
-	// has flushed its queues: meanwhile work posted to a disconnected QP
-	// is queued behind the work being flushed; afterwards it completes
-	// flushed at once.
-	flushed bool
 }
 
-var _ driver.QP = (*QP)(nil)
+var (
+	_ driver.QP           = (*QP)(nil)
+	_ driver.WindowBinder = (*QP)(nil)
+)
 
 // attempt is one Connect or Request.Accept in progress. Disconnect and
 // Close cancel it through abort and wait for done.
@@ -71,19 +66,24 @@ type attempt struct {
 	done  chan struct{}
 }
 
-func newQP(ia *IA, cfg driver.QPConfig, h driver.QPHandler) *QP {
-	return &QP{ia: ia, events: newEventQueue(h), cfg: cfg, flushed: true}
+func newQP(ia *IA, cfg driver.QPConfig) *QP {
+	q := &QP{ia: ia, cfg: cfg}
+	q.scq, _ = cfg.SendCQ.(*CQ)
+	q.rcq, _ = cfg.RecvCQ.(*CQ)
+	return q
 }
 
-// Modify replaces the configuration of a QP that is not connected or
-// connecting (the project modifies QPs only before connecting).
+// Modify replaces the configuration of a QP that has never connected.
+// The CQs, Tag and OnDisconnect stay those of CreateQP (the driver
+// contract), and so do the receives already posted.
 func (q *QP) Modify(cfg driver.QPConfig) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	cfg.SendCQ, cfg.RecvCQ, cfg.Tag, cfg.OnDisconnect = q.cfg.SendCQ, q.cfg.RecvCQ, q.cfg.Tag, q.cfg.OnDisconnect
 	if err := q.ia.checkQPConfig(cfg); err != nil {
 		return err
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.state != qpIdle && q.state != qpDisconnected {
+	if q.state != qpIdle {
 		return errInvalidState("modify", q.state)
 	}
 	q.cfg = cfg
@@ -106,9 +106,10 @@ func (q *QP) beginAttempt(ctx context.Context, op string) (context.Context, *att
 }
 
 // finishAttempt ends an attempt: on success (c != nil, err == nil) the QP
-// takes the connection and starts its data path; on failure it becomes
-// disconnected and its receives are flushed. If a local Disconnect/Close
-// overtook the attempt, c is reset and ErrAborted returned.
+// takes the connection and starts its receiver; on failure it is over and
+// its receives are dropped (package dat flushes them). If a local
+// Disconnect/Close overtook the attempt, c is reset and ErrAborted
+// returned.
 func (q *QP) finishAttempt(a *attempt, c *connection, err error) error {
 	defer close(a.done)
 	defer a.abort(context.Canceled) // release the context's resources
@@ -125,39 +126,40 @@ func (q *QP) finishAttempt(a *attempt, c *connection, err error) error {
 	}
 	q.attempt = nil
 	if err != nil {
-		q.state = qpDisconnected
-		q.flushRecvsLocked()
+		q.state = qpEnded
+		q.rq.clear()
 		q.mu.Unlock()
 		return err
 	}
 	q.state = qpConnected
 	q.conn = c
-	q.flushed = false
 	c.start(q)
 	q.mu.Unlock()
 	return nil
 }
 
-// Disconnect tears the connection down or aborts an establishment in
-// progress. The handler gets no Disconnected call for it. Disconnecting a
-// disconnected QP is a no-op (an abrupt call hurries a graceful one still
-// waiting for the peer).
+// Disconnect ends the connection or aborts an establishment in progress.
+// OnDisconnect is not called for it. On a QP whose connection already
+// ended it only waits for the teardown (an abrupt call hurries a graceful
+// one still waiting for the peer).
 //
 // Graceful: the send side drains first (queued Sends and Writes are handed
 // to TCP, outstanding Reads get their Responses, the peer's Read Requests
 // are answered; bounded by close_timeout), then FIN is sent (TCP half-close
 // is iWARP's orderly teardown, RFC 5044 §7.2) and the peer's FIN awaited
 // (close_timeout again); receives keep landing meanwhile. Abrupt: the
-// stream is reset at once. Either way everything still outstanding then
-// completes flushed, in post order, before Disconnect returns.
+// stream is reset at once. Either way Disconnect returns once the QP is
+// quiescent: no goroutine of the connection writes into registered memory
+// or produces a completion any more. Unfinished work is dropped without a
+// completion; package dat flushes it.
 func (q *QP) Disconnect(graceful bool) error {
 	q.mu.Lock()
 	switch q.state {
 	case qpConnecting:
 		a := q.attempt
 		q.attempt = nil
-		q.state = qpDisconnected
-		q.flushRecvsLocked()
+		q.state = qpEnded
+		q.rq.clear()
 		q.mu.Unlock()
 		a.abort(ErrAborted)
 		<-a.done
@@ -165,30 +167,23 @@ func (q *QP) Disconnect(graceful bool) error {
 	case qpConnected:
 		c := q.conn
 		c.local = true
-		q.state = qpDisconnected
+		q.state = qpEnded
 		if graceful {
 			c.draining = true
+			c.kickLocked()
 		}
 		q.mu.Unlock()
-		if c.fromHandler() {
-			// Called by a handler running on one of the connection's
-			// goroutines, which the teardown needs: let it run on.
-			go c.shutdown(graceful, q.ia.opts.closeTimeout)
-			return nil
-		}
 		c.shutdown(graceful, q.ia.opts.closeTimeout)
 		return nil
-	case qpDisconnected:
+	case qpEnded:
 		c := q.conn
 		local := c != nil && c.local
 		q.mu.Unlock()
-		if local {
-			if !graceful {
+		if c != nil {
+			if local && !graceful {
 				c.abort()
 			}
-			if !c.fromHandler() {
-				<-c.closed
-			}
+			c.wait()
 		}
 		return nil
 	default:
@@ -199,67 +194,34 @@ func (q *QP) Disconnect(graceful bool) error {
 }
 
 // shutdown ends the connection after a local Disconnect and returns when
-// its teardown is complete (see QP.Disconnect).
+// it is quiescent (see QP.Disconnect).
 func (c *connection) shutdown(graceful bool, timeout time.Duration) {
-	c.wake()
 	if graceful {
 		t := time.NewTimer(timeout)
+		defer t.Stop()
 		select {
 		case <-c.drained:
 			// FIN sent; wait for the peer's.
 			t.Reset(timeout)
 			select {
-			case <-c.closed:
+			case <-c.quiesced:
+				c.wait() // closed in order, no reset needed
+				return
 			case <-t.C:
 			}
-		case <-c.closed:
+		case <-c.quiesced:
+			c.wait()
+			return
 		case <-t.C:
 		}
-		t.Stop()
 	}
 	c.abort()
-	<-c.closed
-}
-
-// Reset returns a disconnected QP to the unconnected state, dropping the
-// old connection's remains. Resetting an unconnected QP is a no-op.
-func (q *QP) Reset() error {
-	q.mu.Lock()
-	switch q.state {
-	case qpIdle:
-		q.mu.Unlock()
-		return nil
-	case qpDisconnected:
-		if c := q.conn; c != nil {
-			// The teardown may still be flushing (it is quick).
-			q.mu.Unlock()
-			select {
-			case <-c.closed:
-			default:
-				if c.fromHandler() {
-					return fmt.Errorf("iwarp: reset: the connection's teardown is still running (reset called from a completion handler): %w", driver.ErrNotConnected)
-				}
-				<-c.closed
-			}
-			q.mu.Lock()
-			if q.state != qpDisconnected || q.conn != c {
-				s := q.state
-				q.mu.Unlock()
-				return errInvalidState("reset", s)
-			}
-		}
-		q.conn = nil
-		q.state = qpIdle
-		q.mu.Unlock()
-		return nil
-	}
-	s := q.state
-	q.mu.Unlock()
-	return errInvalidState("reset", s)
+	c.wait()
 }
 
 // Close destroys the QP: an establishment in progress is aborted, a
-// connection reset, everything posted is flushed. It is idempotent.
+// connection reset. It returns once the QP is quiescent and is
+// idempotent. Everything still posted is dropped (package dat flushes it).
 func (q *QP) Close() error {
 	q.mu.Lock()
 	if q.state == qpClosed {
@@ -274,8 +236,8 @@ func (q *QP) Close() error {
 	if c != nil && prev == qpConnected {
 		c.local = true
 	}
-	if c == nil || q.flushed {
-		q.flushRecvsLocked()
+	if c == nil {
+		q.rq.clear()
 	}
 	q.mu.Unlock()
 
@@ -286,30 +248,15 @@ func (q *QP) Close() error {
 	if c != nil {
 		// Abrupt in every case: a graceful Disconnect still waiting for
 		// the peer is cut short, a peer-closed socket is already closed.
-		// The teardown flushes what is still posted. A handler on the
-		// receiver goroutine closing its own QP cannot wait for it.
 		c.abort()
-		if !c.fromHandler() {
-			<-c.closed
-		}
+		c.wait()
 	}
 	q.ia.forgetQP(q)
 	return nil
 }
 
-// Addrs reports the TCP endpoints of the QP's connection (nil before the
-// first connection and after Reset).
-func (q *QP) Addrs() (local, remote net.Addr) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.conn == nil {
-		return nil, nil
-	}
-	return q.conn.info.Local, q.conn.info.Remote
-}
-
 // ConnInfo reports what the MPA exchange of the QP's connection negotiated;
-// ok is false when the QP has no connection (never connected, or Reset).
+// ok is false when the QP never connected.
 func (q *QP) ConnInfo() (info ConnInfo, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -319,7 +266,7 @@ func (q *QP) ConnInfo() (info ConnInfo, ok bool) {
 	return q.conn.info, true
 }
 
-// canSend returns the startup gate of the current connection (see
+// canSend returns the startup gate of the connection (see
 // connection.canSend), or nil when there is none.
 func (q *QP) canSend() <-chan struct{} {
 	q.mu.Lock()
@@ -331,8 +278,8 @@ func (q *QP) canSend() <-chan struct{} {
 }
 
 // PostRecv queues a receive. Receives may be posted before the connection
-// exists (iWARP has no RNR retry, so they must be); on a disconnected QP
-// they complete flushed, in order behind anything still being flushed.
+// exists (iWARP has no RNR retry, so they must be); once the connection
+// has ended they are dropped, and package dat flushes them.
 func (q *QP) PostRecv(wr driver.RecvWR) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -343,8 +290,7 @@ func (q *QP) PostRecv(wr driver.RecvWR) error {
 		return fmt.Errorf("iwarp: post recv: QP receives from an SRQ: %w", driver.ErrNotSupported)
 	case len(wr.Local) > q.cfg.MaxRecvSGE:
 		return fmt.Errorf("iwarp: post recv: %d SGEs exceed %d: %w", len(wr.Local), q.cfg.MaxRecvSGE, driver.ErrResources)
-	case q.state == qpDisconnected && q.flushed:
-		q.events.flushRecv(wr.Cookie)
+	case q.state == qpEnded:
 		return nil
 	case q.rq.len() >= q.cfg.MaxRecvWR:
 		return fmt.Errorf("iwarp: post recv: %d receives posted: %w", q.rq.len(), driver.ErrQueueFull)
@@ -355,31 +301,24 @@ func (q *QP) PostRecv(wr driver.RecvWR) error {
 
 // PostSend posts a Send, RDMA Write or RDMA Read. The local segments are
 // resolved against the QP's PD now (an unknown LKey or a segment outside
-// its region is refused with an error, and no completion follows); the
-// request then completes exactly once, in post order: a Send or Write when
-// its last byte has been handed to TCP (as siw does: TCP delivers it or
-// the connection fails), a Read when its whole Response has been placed.
-// On a disconnected QP the request completes flushed.
+// its region is refused with an error, and no completion follows). A Send
+// or Write completes when its last byte has been handed to TCP (as siw
+// does: TCP delivers it or the connection fails), a Read when its whole
+// Response has been placed; so a Send or Write posted behind a Read
+// completes before it. Once the connection has ended (or is ending) the
+// request is dropped, and package dat flushes it.
 //
-// PostSend never waits for the network. When the QP has no other
-// send-side work outstanding and the request is small (at most 2 KiB, or
-// 64 KiB when posted from a completion handler), it frames it and makes
-// one non-blocking writev itself, saving the hand-off to the sender
-// goroutine; whatever the socket does not take at once is left to that
-// goroutine, which otherwise does all the writing, batching queued
-// requests into one writev.
+// PostSend never waits for the network. When nothing is queued ahead of
+// the request, no other writer is busy and the request is at most
+// inlineMax bytes, it frames it and makes one non-blocking writev itself,
+// completing it at once if the socket took it all; what the socket does
+// not take, and larger requests, go to a sender goroutine (see sendLoop).
 func (q *QP) PostSend(wr driver.SendWR) error {
 	var w sendWR
 	q.mu.Lock()
 	switch q.state {
 	case qpConnected:
-	case qpDisconnected:
-		c := driver.Completion{Cookie: wr.Cookie, Op: wr.Op, Status: driver.StatusFlushed, Signaled: true}
-		if q.flushed {
-			q.events.complete(c)
-		} else {
-			q.late.push(c)
-		}
+	case qpEnded:
 		q.mu.Unlock()
 		return nil
 	default:
@@ -388,8 +327,12 @@ func (q *QP) PostSend(wr driver.SendWR) error {
 		return errInvalidState("post send", s)
 	}
 	c := q.conn
-	if c.maxSend <= 0 || c.sq.len() >= c.maxSend {
-		n := c.sq.len()
+	if c.dead {
+		q.mu.Unlock()
+		return nil
+	}
+	if c.maxSend <= 0 || c.outstanding >= c.maxSend {
+		n := c.outstanding
 		q.mu.Unlock()
 		return fmt.Errorf("iwarp: post send: %d requests outstanding: %w", n, driver.ErrQueueFull)
 	}
@@ -404,50 +347,38 @@ func (q *QP) PostSend(wr driver.SendWR) error {
 	}
 	p := c.getWR()
 	*p = w
-	p.state = wrQueued
-	c.sq.push(p)
-	c.queued++
-	// Inline only when this is the QP's only outstanding send-side work
-	// and the request is small, or is posted by a handler that a provider
-	// goroutine runs (a request/response server: nothing would be
-	// batched with it). Larger requests from consumers go to the sender
-	// goroutine, which batches whatever is queued into one writev.
-	inline := !c.writing && c.gate && !c.dead && c.sq.len() == 1 &&
-		(w.total <= inlineSmall || w.total <= inlineMax && q.events.inline.Load() != 0)
-	if !inline {
+	c.pending.push(p)
+	c.outstanding++
+	if c.writing || !c.gate || c.pending.len() > 1 || w.total > inlineMax {
+		// A writer is busy (it takes the request before it stops), the
+		// startup rule holds it back, it must wait behind earlier
+		// requests, or it is large: a sender goroutine does it.
+		c.kickLocked()
 		q.mu.Unlock()
-		c.wake()
 		return nil
 	}
 	// Inline: take the writer token and the batch in this critical
 	// section, write without the lock, complete in one more.
 	c.writing = true
-	st := c.tx.pickLocked(false)
-	q.mu.Unlock()
-	if st == stepProgress {
-		st = c.tx.send(false)
+	if c.tx.pickLocked(false) != stepProgress {
+		// ORD or a fence holds it back: the Read Response that frees it
+		// starts a sender goroutine.
+		c.releaseLocked()
+		q.mu.Unlock()
+		return nil
 	}
+	q.mu.Unlock()
+	st := c.tx.send(false)
 	q.mu.Lock()
-	orphans := false
 	if st == stepProgress {
-		// Handlers never run in the poster's goroutine: the completions
-		// are queued, for a running delivery (a handler posting) or else
-		// the sender goroutine.
-		orphans = c.tx.finishLocked(true)
+		c.tx.finishLocked()
 	}
-	c.writing = false // after a failure the sender goroutine finds c.dead and stops
-	more := orphans || st != stepProgress || c.queued > 0 || c.rresp.len() > 0 || c.dead || c.draining
+	if st == stepFailed {
+		c.releaseLocked()
+	} else {
+		// Whatever the socket did not take goes to a sender goroutine.
+		c.handOffLocked()
+	}
 	q.mu.Unlock()
-	if more {
-		c.wake()
-	}
 	return nil
-}
-
-// flushRecvsLocked completes every queued receive flushed. Called with
-// q.mu held.
-func (q *QP) flushRecvsLocked() {
-	for q.rq.len() > 0 {
-		q.events.flushRecv(q.rq.pop().cookie)
-	}
 }

@@ -25,25 +25,23 @@ type Request struct {
 
 var _ driver.Request = (*Request)(nil)
 
-// RemoteAddr is the initiator's TCP address.
-func (r *Request) RemoteAddr() net.Addr { return r.tc.RemoteAddr() }
-
-// LocalAddr is the local TCP address the request arrived on.
-func (r *Request) LocalAddr() net.Addr { return r.tc.LocalAddr() }
-
-// PrivateData is the initiator's consumer private data (MPA v2 block
-// removed).
-func (r *Request) PrivateData() []byte { return r.req.PrivateData }
-
-// ReadLimits are the initiator's advertised IRD and ORD from the MPA v2
-// block. An MPA revision 1 Request carries none; the provider maxima are
-// reported then, so that only the local QP configuration limits the
-// connection.
-func (r *Request) ReadLimits() (ird, ord int) {
-	if !r.req.Header.Enhanced() {
-		return MaxIRD, MaxORD
+// Info describes the request: the TCP endpoints, the initiator's consumer
+// private data (MPA v2 block removed) and its advertised IRD and ORD from
+// the MPA v2 block. An MPA revision 1 Request carries no IRD/ORD; the
+// provider maxima are reported then, so that only the local QP
+// configuration limits the connection.
+func (r *Request) Info() driver.RequestInfo {
+	info := driver.RequestInfo{
+		Remote:      r.tc.RemoteAddr(),
+		Local:       r.tc.LocalAddr(),
+		PrivateData: r.req.PrivateData,
+		IRD:         MaxIRD,
+		ORD:         MaxORD,
 	}
-	return int(r.req.V2.IRD), int(r.req.V2.ORD)
+	if r.req.Header.Enhanced() {
+		info.IRD, info.ORD = int(r.req.V2.IRD), int(r.req.V2.ORD)
+	}
+	return info
 }
 
 // settle marks the request decided; false if it already was.
@@ -67,23 +65,23 @@ func (r *Request) errorf(op, format string, args ...any) error {
 // IRD/ORD (siw's relaxed rules) and C if the Request had C or the IA
 // requires CRC. Argument and QP-state errors leave the request pending;
 // any later failure resets the connection and leaves qp disconnected.
-func (r *Request) Accept(ctx context.Context, qp driver.QP, privateData []byte) error {
+func (r *Request) Accept(ctx context.Context, qp driver.QP, privateData []byte) (driver.ConnectResult, error) {
 	q, ok := qp.(*QP)
 	if !ok || q.ia != r.l.ia {
-		return r.errorf("accept", "QP %T does not belong to this IA", qp)
+		return driver.ConnectResult{}, r.errorf("accept", "QP %T does not belong to this IA", qp)
 	}
 	if len(privateData) > MaxPrivateData {
-		return r.errorf("accept", "%d bytes of private data exceed the limit of %d", len(privateData), MaxPrivateData)
+		return driver.ConnectResult{}, r.errorf("accept", "%d bytes of private data exceed the limit of %d", len(privateData), MaxPrivateData)
 	}
 	r.mu.Lock()
 	if r.settled {
 		r.mu.Unlock()
-		return r.errorf("accept", "request already accepted, rejected or aborted")
+		return driver.ConnectResult{}, r.errorf("accept", "request already accepted, rejected or aborted")
 	}
 	actx, a, cfg, err := q.beginAttempt(ctx, "accept")
 	if err != nil {
 		r.mu.Unlock()
-		return err
+		return driver.ConnectResult{}, err
 	}
 	r.settled = true
 	r.mu.Unlock()
@@ -98,9 +96,9 @@ func (r *Request) Accept(ctx context.Context, qp driver.QP, privateData []byte) 
 		resetClose(r.tc)
 	}
 	if err = q.finishAttempt(a, c, err); err != nil {
-		return fmt.Errorf("iwarp: accept %s: %w", r.tc.RemoteAddr(), err)
+		return driver.ConnectResult{}, fmt.Errorf("iwarp: accept %s: %w", r.tc.RemoteAddr(), err)
 	}
-	return nil
+	return driver.ConnectResult{Local: c.info.Local, Remote: c.info.Remote}, nil
 }
 
 // send writes a Reply under ctx, bounded by rep_timeout (the initiator

@@ -75,17 +75,19 @@ type receiver struct {
 	termBuf [wire.MaxTerminateAttachLen + wire.TerminateControlLen]byte
 
 	raw rawReader // readv (platform specific)
-	gid uint64    // this goroutine's id (eventQueue.deliver)
 }
 
+// readLoop is the connection's receive goroutine, the one goroutine an
+// idle connection costs.
 func (c *connection) readLoop() {
-	rx := &receiver{c: c, q: c.q, tc: c.tc, buf: make([]byte, rxBufSize), crcOn: c.crc, sendMSN: 1, rreqMSN: 1, gid: goid()}
+	defer c.q.ia.conns.Done()
+	rx := &receiver{c: c, q: c.q, tc: c.tc, buf: make([]byte, rxBufSize), crcOn: c.crc, sendMSN: 1, rreqMSN: 1}
 	err := rx.run()
 	c.finish(rx, err)
 }
 
 // run reads FPDUs until the stream ends or fails. The result is the
-// Disconnected argument: nil for the peer's orderly close at a message
+// OnDisconnect argument: nil for the peer's orderly close at a message
 // boundary.
 func (rx *receiver) run() error {
 	for {
@@ -360,30 +362,21 @@ func (rx *receiver) resolveRecv() bool {
 	return true
 }
 
-// completeRecv completes the taken receive.
+// completeRecv completes the taken receive on the QP's receive CQ (for
+// an SRQ receive too: the consuming QP's).
 func (rx *receiver) completeRecv(st driver.Status, length uint32, solicited bool) {
-	rx.q.mu.Lock()
-	rx.completeRecvLocked(st, length, solicited, true)
-	rx.q.mu.Unlock()
-	rx.deliver()
+	if cq := rx.c.rcq; cq != nil {
+		c := driver.Completion{WRID: rx.recv.id, QPTag: rx.c.tag, Op: driver.OpRecv, Status: st}
+		if st == driver.StatusSuccess {
+			c.Length, c.Solicited = length, solicited
+		}
+		cq.push(c)
+	}
+	rx.dropRecv()
 }
 
-// deliver runs the queued handler calls on the receiver goroutine (see
-// eventQueue.deliver).
-func (rx *receiver) deliver() { rx.q.events.deliver(rx.gid) }
-
-// completeRecvLocked queues the receive's completion; with inline the
-// caller delivers it itself after releasing q.mu.
-func (rx *receiver) completeRecvLocked(st driver.Status, length uint32, solicited, inline bool) {
-	c := driver.Completion{Cookie: rx.recv.cookie, Op: driver.OpRecv, Status: st, Signaled: true}
-	if st == driver.StatusSuccess {
-		c.Length, c.Solicited = length, solicited
-	}
-	if inline {
-		_ = rx.q.events.queue(event{c: c}) // delivered by rx.deliver
-	} else {
-		rx.q.events.complete(c)
-	}
+// dropRecv forgets the taken receive.
+func (rx *receiver) dropRecv() {
 	rx.haveRecv = false
 	rx.recv = recvWR{}
 	clear(rx.dst[:])
@@ -486,20 +479,23 @@ func (rx *receiver) readResponse(h *wire.Header, n, l int) error {
 	q := rx.q
 	q.mu.Lock()
 	c.reads.pop()
-	rd.state, rd.status = wrDone, driver.StatusSuccess
-	_ = c.completeDoneInline() // delivered by rx.deliver below
+	rd.status = driver.StatusSuccess
+	c.completeSendLocked(rd)
+	c.kickLocked() // an ORD slot is free; a fenced WR may go
 	q.mu.Unlock()
-	c.wake() // an ORD slot is free; a fenced WR may go
-	rx.deliver()
 	return nil
 }
 
-// failRead completes the Read being answered in error and terminates.
+// failRead completes the Read being answered in error and terminates:
+// failed requests always complete, whatever happens to the connection.
 func (rx *receiver) failRead(st driver.Status, err error) error {
 	q := rx.q
 	q.mu.Lock()
-	rx.rd.state, rx.rd.status = wrDone, st
+	rx.c.reads.pop() // rx.rd is the oldest
+	rx.rd.status = st
+	rx.c.completeSendLocked(rx.rd)
 	q.mu.Unlock()
+	rx.rd = nil
 	return rx.protoErr(err)
 }
 
@@ -546,8 +542,8 @@ func (rx *receiver) readRequest(h *wire.Header, l int) error {
 	q.mu.Lock()
 	c.rresp.push(readResp{sinkSTag: rr.SinkSTag, sinkTO: rr.SinkTO, src: src})
 	c.irdUsed.Add(1)
+	c.kickLocked()
 	q.mu.Unlock()
-	c.wake()
 	rx.rreqMSN++
 	return nil
 }

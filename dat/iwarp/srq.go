@@ -10,12 +10,11 @@ import (
 
 // SRQ is a shared receive queue. Receives are queued here; the data path
 // takes them (take) when a Send arrives on any QP bound to the SRQ and
-// completes them through that QP's handler.
+// completes them on that QP's receive CQ, with its Tag.
 type SRQ struct {
 	ia  *IA
 	pd  *PD
 	cfg driver.SRQConfig
-	h   driver.SRQHandler
 
 	mu        sync.Mutex
 	closed    bool
@@ -25,8 +24,8 @@ type SRQ struct {
 
 var _ driver.SRQ = (*SRQ)(nil)
 
-func newSRQ(ia *IA, pd *PD, cfg driver.SRQConfig, h driver.SRQHandler) *SRQ {
-	return &SRQ{ia: ia, pd: pd, cfg: cfg, h: h, watermark: cfg.LowWatermark}
+func newSRQ(ia *IA, pd *PD, cfg driver.SRQConfig) *SRQ {
+	return &SRQ{ia: ia, pd: pd, cfg: cfg, watermark: cfg.LowWatermark}
 }
 
 // PostRecv queues a receive shared by every QP on the SRQ.
@@ -64,8 +63,9 @@ func (s *SRQ) Posted() int {
 	return s.wrs.len()
 }
 
-// take removes the oldest receive for the data path. When that drops the
-// count below the armed watermark the handler is told once and the
+// take removes the oldest receive for the data path (a receive goroutine,
+// never a post or a Poll). When that drops the count below the armed
+// watermark, OnLowWatermark is called once, without any lock held, and the
 // watermark disarmed (verbs IBV_EVENT_SRQ_LIMIT_REACHED semantics).
 func (s *SRQ) take() (recvWR, bool) {
 	s.mu.Lock()
@@ -79,14 +79,14 @@ func (s *SRQ) take() (recvWR, bool) {
 		s.watermark = 0
 	}
 	s.mu.Unlock()
-	if fire && s.h != nil {
-		s.h.LowWatermark()
+	if fire && s.cfg.OnLowWatermark != nil {
+		s.cfg.OnLowWatermark()
 	}
 	return wr, true
 }
 
-// Close destroys the SRQ. Its receives are dropped: package dat destroys
-// an SRQ only when no EP uses it, so nothing could complete them.
+// Close destroys the SRQ. Its receives are dropped: package dat flushes
+// them (it destroys an SRQ only when no EP uses it).
 func (s *SRQ) Close() error {
 	s.mu.Lock()
 	s.closed = true

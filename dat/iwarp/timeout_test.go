@@ -87,7 +87,7 @@ func TestReplyTimeoutIsUnreachable(t *testing.T) {
 	}
 	// A consumer deadline later than the provider timeout does not change
 	// that.
-	q.Reset()
+	q = newQP(t, ia, defaultQPConfig, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	if _, err := q.Connect(ctx, rl.Addr(), nil); !errors.Is(err, driver.ErrUnreachable) {
@@ -119,8 +119,9 @@ func TestDisconnectAbortsConnect(t *testing.T) {
 			t.Fatalf("connect: %v, want ErrAborted", err)
 		}
 		if !close {
-			if err := q.Reset(); err != nil {
-				t.Fatalf("reset after abort: %v", err)
+			// The aborted QP is over: a QP connects at most once.
+			if _, err := q.Connect(context.Background(), rl.Addr(), nil); !errors.Is(err, driver.ErrNotConnected) {
+				t.Fatalf("connect after an abort: %v, want ErrNotConnected", err)
 			}
 		}
 	}
@@ -134,18 +135,18 @@ func TestAcceptAfterInitiatorGaveUp(t *testing.T) {
 	ctx := testCtx(t)
 	ia := openIA(t)
 	l := listen(t, ia, driver.ListenConfig{})
-	rec := newRecorder()
+	rec := newSink()
 	q := newQP(t, ia, defaultQPConfig, rec)
 	c := dialRaw(t, l.Addr())
 	c.Write(mpaFrame(keyReq, flagE, 2, v2Block(1, 1)))
 	r := accept(t, ctx, l)
 	c.Close()
-	if err := r.Accept(ctx, q, nil); err != nil {
+	if _, err := r.Accept(ctx, q, nil); err != nil {
 		// The kernel may already know the peer is gone.
 		t.Logf("accept: %v", err)
 		return
 	}
 	if err := rec.waitDisconnected(t); err != nil {
-		t.Logf("Disconnected(%v)", err)
+		t.Logf("OnDisconnect(%v)", err)
 	}
 }

@@ -22,10 +22,14 @@ const (
 
 // txItem is a message the sender is putting on the wire.
 type txItem struct {
-	wr  *sendWR // Send, Write or Read Request; nil for a Read Response
-	rr  readResp
-	msn uint32 // untagged MSN of a Send or Read Request
-	off uint32 // payload bytes already framed
+	wr *sendWR // Send, Write or Read Request; nil for a Read Response
+	// read marks a Read Request. Once its batch is written, wr may be
+	// answered, completed and recycled by the receiver at any moment, so
+	// the writer must not look at it any more.
+	read bool
+	rr   readResp
+	msn  uint32 // untagged MSN of a Send or Read Request
+	off  uint32 // payload bytes already framed
 	// cursor into wr.seg for the next payload byte
 	seg, segOff int
 }
@@ -34,18 +38,19 @@ func (it *txItem) total() uint32 {
 	if it.wr == nil {
 		return uint32(len(it.rr.src))
 	}
-	if it.wr.op == driver.OpRDMARead {
+	if it.read {
 		return 0
 	}
 	return it.wr.total
 }
 
-// sender is the state of a connection's sender goroutine, the only writer
-// of the socket. It frames messages into FPDUs whose headers and trailers
-// live in a per-connection arena and whose payload is the caller's
-// registered memory itself: net.Buffers{hdr, payload pieces..., trailer,
-// hdr, ...} goes to the kernel in one writev, with the CRC computed over
-// the pieces in place. Steady-state sending allocates nothing.
+// sender is the write side's state, used by whoever holds the writer
+// token (see connection). It frames messages into FPDUs whose headers and
+// trailers live in a per-connection arena and whose payload is the
+// caller's registered memory itself: net.Buffers{hdr, payload pieces...,
+// trailer, hdr, ...} goes to the kernel in one writev, with the CRC
+// computed over the pieces in place. Steady-state sending allocates
+// nothing.
 type sender struct {
 	c     *connection
 	bufs  net.Buffers // the batch's iovecs
@@ -65,14 +70,12 @@ type sender struct {
 	segTagged, segUntagged int // payload bytes per non-last segment
 }
 
-// inlineSmall and inlineMax bound the requests PostSend frames and writes
-// itself (see QP.PostSend): from any goroutine, and from a completion
-// handler delivered by a provider goroutine. Larger requests are left to
-// the sender goroutine.
-const (
-	inlineSmall = 2 << 10
-	inlineMax   = 64 << 10
-)
+// inlineMax bounds the requests PostSend frames and writes itself (see
+// QP.PostSend). Up to it, one non-blocking writev usually takes the whole
+// request, so the poster saves the hand-off to a sender goroutine; larger
+// requests go to a sender goroutine, which batches whatever is queued
+// behind them into the same writevs.
+const inlineMax = 64 << 10
 
 func newSender(c *connection) *sender {
 	s := &sender{
@@ -100,66 +103,47 @@ const (
 	stepFailed                     // the socket failed
 )
 
-// sendLoop is the sender goroutine. The socket's write side has one owner
-// at a time, the holder of the writer token (connection.writing): usually
-// this goroutine, which keeps it while there is work, and briefly a
-// PostSend caller writing a small request without blocking (QP.PostSend),
-// which hands over to this goroutine whatever it cannot finish.
+// sendLoop is a sender goroutine. It is started with the writer token
+// (connection.kickLocked, handOffLocked) when there is work the inline
+// path of PostSend could not do: a request too large for it, a batch the
+// socket did not take at once, Read Responses, Reads and fenced requests
+// that had to wait, a graceful drain. It writes with blocking writevs,
+// batching whatever is queued meanwhile, and exits as soon as there is
+// nothing left to do, so an idle connection has no sender goroutine.
 func (c *connection) sendLoop() {
-	defer close(c.senderDone)
+	defer c.senders.Done()
 	s := c.tx
 	q := c.q
-	gid := goid()
 	q.mu.Lock()
 	for {
-		if c.writing {
+		switch s.pickLocked(true) {
+		case stepIdle, stepDead:
+			// Dead: the teardown takes the token and finishes the FPDU a
+			// failed write may have cut, before its Terminate.
+			c.releaseLocked()
 			q.mu.Unlock()
-			<-c.kick // the inline writer wakes us when it is done
-			q.mu.Lock()
-			continue
-		}
-		c.writing = true
-		st := s.pickLocked(true)
-		q.mu.Unlock()
-		if st == stepProgress {
-			st = s.send(true)
-		}
-		switch st {
-		case stepDead:
-			// Finish the FPDU boundary, then the Terminate. The token is
-			// kept: nothing else is ever written.
-			if s.partial {
-				if ok, _ := s.write(true); !ok {
-					return
-				}
-			}
-			q.mu.Lock()
-			term := c.term
-			q.mu.Unlock()
-			if term != nil {
-				_, _ = c.tc.Write(term)
-			}
 			return
 		case stepDrained:
+			// FIN ends the stream's write side: the token is kept, so
+			// nothing is ever written again.
+			c.finSent = true
+			c.idle.Broadcast()
+			q.mu.Unlock()
 			_ = c.tc.CloseWrite()
 			close(c.drained)
 			return
+		}
+		q.mu.Unlock()
+		st := s.send(true)
+		q.mu.Lock()
+		switch st {
+		case stepProgress:
+			s.finishLocked()
 		case stepFailed:
+			c.releaseLocked()
+			q.mu.Unlock()
 			return
 		}
-		q.mu.Lock()
-		if st == stepProgress {
-			_ = s.finishLocked(true) // delivered just below
-		}
-		c.writing = false
-		q.mu.Unlock()
-		// Deliver the completions here rather than through a delivery
-		// goroutine (see eventQueue.deliver).
-		q.events.deliver(gid)
-		if st == stepIdle {
-			<-c.kick
-		}
-		q.mu.Lock()
 	}
 }
 
@@ -194,14 +178,14 @@ func (s *sender) pickLocked(block bool) stepResult {
 	if len(s.items) > 0 {
 		return stepProgress
 	}
-	if block && c.draining && c.queued == 0 && c.reads.len() == 0 && c.rresp.len() == 0 {
+	if block && c.draining && !c.finSent && c.drainedLocked() {
 		return stepDrained
 	}
 	return stepIdle
 }
 
 // send frames the picked messages (unless a cut batch is pending) and
-// writes the batch: blocking (the sender goroutine) or with a single
+// writes the batch: blocking (a sender goroutine) or with a single
 // non-blocking attempt (inline from PostSend). Called without q.mu, with
 // the writer token. stepProgress means the batch is written; the caller
 // then completes it with finishLocked.
@@ -236,27 +220,21 @@ func (s *sender) send(block bool) stepResult {
 	return stepProgress
 }
 
-// finishLocked completes the messages of the batch just written. Called
-// with q.mu held, by the token holder; with inline the completions are
-// only queued, and orphans reports that the caller must see to their
-// delivery (see eventQueue.queue).
-func (s *sender) finishLocked(inline bool) (orphans bool) {
+// finishLocked completes the Sends and Writes of the batch just written:
+// their last byte is with TCP (siw completes them then too: TCP delivers
+// them or the connection fails). A Read completes when its Response has
+// been placed. Called with q.mu held, by the token holder.
+func (s *sender) finishLocked() {
 	c := s.c
 	for i := range s.done {
-		if w := s.items[i].wr; w != nil && w.op != driver.OpRDMARead {
-			w.state = wrDone
+		if it := &s.items[i]; it.wr != nil && !it.read {
+			c.completeSendLocked(it.wr)
 		}
-	}
-	if inline {
-		orphans = c.completeDoneInline()
-	} else {
-		c.completeDone()
 	}
 	n := copy(s.items, s.items[s.done:])
 	clear(s.items[n:])
 	s.items = s.items[:n]
 	s.done = 0
-	return orphans
 }
 
 // write puts s.wbuf on the socket: all of it (block), or as much as the
@@ -284,35 +262,28 @@ func consume(v *net.Buffers, n int) {
 }
 
 // nextLocked takes the next message to send: a pending Read Response
-// first (the peer's Read is waiting for it), else the next queued WR if
+// first (the peer's Read is waiting for it), else the oldest queued WR if
 // ORD and fencing allow it to start. Called with q.mu held.
 func (s *sender) nextLocked() (txItem, bool) {
 	c := s.c
 	if c.rresp.len() > 0 {
 		return txItem{rr: c.rresp.pop()}, true
 	}
-	if c.queued == 0 {
+	if !c.startableLocked() {
 		return txItem{}, false
 	}
-	w := *c.sq.at(c.sq.len() - c.queued)
-	if w.flags&driver.SendFence != 0 && c.reads.len() > 0 {
-		return txItem{}, false // BARRIER_FENCE: earlier Reads first
-	}
+	w := c.pending.pop()
 	it := txItem{wr: w}
 	switch w.op {
 	case driver.OpRDMARead:
-		if c.reads.len() >= c.info.ORD {
-			return txItem{}, false // ORD reached: wait for a Response
-		}
 		c.reads.push(w)
+		it.read = true
 		s.msn[1]++
 		it.msn = s.msn[1]
 	case driver.OpSend:
 		s.msn[0]++
 		it.msn = s.msn[0]
 	}
-	w.state = wrActive
-	c.queued--
 	return it, true
 }
 
@@ -320,7 +291,7 @@ func (s *sender) nextLocked() (txItem, bool) {
 // message is complete (true) or the batch is full (false, it.off records
 // the progress). A batch always takes at least one FPDU.
 func (s *sender) frame(it *txItem, nfpdu, nbytes *int) bool {
-	if it.wr != nil && it.wr.op == driver.OpRDMARead {
+	if it.read {
 		if *nfpdu >= maxBatchFPDUs {
 			return false
 		}

@@ -11,33 +11,24 @@ import (
 // They are resolved to memory only when a Send starts to land in the
 // receive, against the PD of the queue it was posted to.
 type recvWR struct {
-	cookie uint64
-	n      int
-	sge    [maxSGE]driver.SGE
+	id  uint64
+	n   int
+	sge [maxSGE]driver.SGE
 }
 
 func newRecvWR(wr driver.RecvWR) recvWR {
-	r := recvWR{cookie: wr.Cookie, n: len(wr.Local)}
+	r := recvWR{id: wr.ID, n: len(wr.Local)}
 	copy(r.sge[:], wr.Local)
 	return r
 }
 
-// wrState is where a send-side work request is in its life.
-type wrState uint8
-
-const (
-	wrQueued wrState = iota // posted, not started (ORD, fence or the writer busy)
-	wrActive                // being written; a Read waits for its Response
-	wrDone                  // finished; completes when everything older has
-)
-
 // sendWR is a posted Send, RDMA Write or RDMA Read with its local memory
-// resolved at post time. It lives in its connection's send queue until it
-// completes and is then recycled, so steady-state posting allocates nothing.
+// resolved at post time. It lives in its connection's queues until it
+// finishes and is then recycled, so steady-state posting allocates nothing.
 type sendWR struct {
-	cookie uint64
-	op     driver.Opcode
-	flags  driver.SendFlags
+	id    uint64
+	op    driver.Opcode
+	flags driver.SendFlags
 	// seg are the local segments (Send/Write source; a Read has one: its
 	// sink, cut to the Read size), n how many are used, total their sum.
 	seg   [maxSGE][]byte
@@ -51,16 +42,15 @@ type sendWR struct {
 	sinkTO   uint64
 	sinkMR   *MR
 
-	state  wrState
 	status driver.Status
 }
 
-// completion returns the WR's Completion as it finished.
-func (w *sendWR) completion() driver.Completion {
-	c := driver.Completion{Cookie: w.cookie, Op: w.op, Status: w.status, Signaled: true}
+// completion returns the WR's Completion as it finished, for the QP whose
+// Tag is tag.
+func (w *sendWR) completion(tag uint32) driver.Completion {
+	c := driver.Completion{WRID: w.id, QPTag: tag, Op: w.op, Status: w.status}
 	if w.status == driver.StatusSuccess {
 		c.Length = w.total
-		c.Signaled = w.flags&driver.SendSignaled != 0
 	}
 	return c
 }
@@ -71,7 +61,7 @@ func (w *sendWR) completion() driver.Completion {
 // Read size. Package dat checks the same before posting, so a failure here
 // means a caller outside dat (or a region closed meanwhile).
 func (w *sendWR) resolve(pd *PD, wr driver.SendWR, maxSGEs int) error {
-	*w = sendWR{cookie: wr.Cookie, op: wr.Op, flags: wr.Flags, remote: wr.Remote}
+	*w = sendWR{id: wr.ID, op: wr.Op, flags: wr.Flags, remote: wr.Remote}
 	switch wr.Op {
 	case driver.OpSend, driver.OpRDMAWrite:
 		if len(wr.Local) > maxSGEs {
