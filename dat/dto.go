@@ -226,6 +226,9 @@ func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTrip
 		q.deliverNow()
 		return nil
 	}
+	if !ent.signaled && q.signalDue() {
+		ent.signaled = true
+	}
 	seq := q.push(ent)
 	var err error
 	if recv {

@@ -403,7 +403,11 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 		}
 		now := time.Now()
 		if !deadline.IsZero() && !now.Before(deadline) {
-			return e.giveUp(newError(op, TimeoutExpired, NoSubtype, ""))
+			err := newError(op, TimeoutExpired, NoSubtype, "")
+			if ctx != nil {
+				err.Err = context.DeadlineExceeded // the context's deadline
+			}
+			return e.giveUp(err)
 		}
 		switch {
 		case policy.Mode == PollBusy || now.Before(spinUntil):
@@ -475,6 +479,7 @@ func (e *EVD) PostSE(data any) error {
 	ok := e.enqueueLocked(Event{Number: SoftwareEvent, Software: data}, true)
 	e.mu.Unlock()
 	if !ok {
+		e.reportLost(1)
 		return newError(op, QueueFull, NoSubtype, "EVD is full")
 	}
 	return nil

@@ -2,6 +2,7 @@ package dat
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"sync"
@@ -85,7 +86,7 @@ func OpenIA(ctx context.Context, name string, opts *IAOptions) (*IA, error) {
 	}
 	d, ok := driver.Lookup(entry.Provider)
 	if !ok {
-		return nil, newError(op, ProviderNotFound, NameNotRegistered, "%s", missingProvider(entry))
+		return nil, &Error{Code: ClassError | ProviderNotFound | Return(NameNotRegistered), Op: op, Err: errors.New(missingProvider(entry))}
 	}
 	p, err := d.Open(ctx, entry.Args)
 	if err != nil {

@@ -39,9 +39,10 @@ var providerImports = map[string]string{
 	"verbs": "github.com/rdmanet/rdmanet/dat/verbs",
 }
 
-// knownProvider reports whether name is a registered provider, or an
-// in-tree one the program did not import (OpenIA then says how to get it).
-func knownProvider(name string) bool {
+// IsProvider reports whether name is a provider name: a registered
+// provider, or one of this module's own that the program did not import
+// (OpenIA then says how to get it).
+func IsProvider(name string) bool {
 	if _, ok := driver.Lookup(name); ok {
 		return true
 	}
@@ -179,13 +180,13 @@ func resolveIA(name string) (RegistryEntry, error) {
 	if name == "" {
 		name = DefaultIAName
 	}
-	if knownProvider(name) {
+	if IsProvider(name) {
 		return RegistryEntry{IAName: name, Provider: name}, nil
 	}
 	// "provider:args" names a provider and its instance arguments inline,
 	// e.g. "iwarp:127.0.0.1 crc=1", for programs that need no registry.
 	if prov, args, ok := strings.Cut(name, ":"); ok {
-		if knownProvider(prov) {
+		if IsProvider(prov) {
 			return RegistryEntry{IAName: name, Provider: prov, Args: strings.Fields(args)}, nil
 		}
 	}

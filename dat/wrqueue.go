@@ -43,6 +43,10 @@ type wrQueue struct {
 	// srq is the SRQ receives come from instead (receive queue only).
 	srq *SRQ
 
+	// silent counts the requests posted unsignalled since the last
+	// signalled one (see signalDue).
+	silent int
+
 	// dead is set once the connection's end has been processed: posts then
 	// complete flushed at once, behind anything still queued.
 	dead bool
@@ -86,6 +90,21 @@ func (q *wrQueue) outstanding() int { return int(q.next - q.head) }
 func (q *wrQueue) full() bool { return q.outstanding() >= len(q.ents) }
 
 func (q *wrQueue) at(seq uint64) *wrEntry { return &q.ents[seq%uint64(len(q.ents))] }
+
+// signalDue reports whether a SUPPRESSed request must nevertheless ask the
+// provider for a completion. An unsignalled request keeps its place until
+// a later completion implies it, so a run of them as long as the queue
+// would fill it for good (a consumer that only ever posts SUPPRESSed
+// Sends): every half queue one is signalled, and its completion, which
+// produces no event, releases the run. Callers hold mu.
+func (q *wrQueue) signalDue() bool {
+	q.silent++
+	if q.silent >= max(1, len(q.ents)/2) {
+		q.silent = 0
+		return true
+	}
+	return false
+}
 
 // push numbers a new request. Callers hold mu and checked full.
 func (q *wrQueue) push(e wrEntry) uint64 {

@@ -1,9 +1,9 @@
 package rdmanet
 
 import (
-	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmanet/rdmanet/dat"
@@ -53,9 +53,10 @@ type Conn struct {
 	done                chan struct{} // closed by Close
 	rdl, wdl            deadline
 
-	stopDispatch context.CancelFunc
-	dispatchDone chan struct{}
-	setup        chan error // handshake outcome, cap 1
+	// pollMu is held by the goroutine driving the Conn (see progress).
+	pollMu sync.Mutex
+	pr     progress
+	setup  chan error // handshake outcome, cap 1
 
 	// Guarded by mu.
 	state connState
@@ -112,11 +113,11 @@ func newConn(s *sharedIA, cfg connConfig) (c *Conn, err error) {
 	c = &Conn{
 		ia: s, cfg: cfg,
 		rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1), cwake: make(chan struct{}, 1),
-		done: make(chan struct{}), setup: make(chan error, 1), dispatchDone: make(chan struct{}),
+		done: make(chan struct{}), setup: make(chan error, 1),
 		stageEnd: make([]uint64, cfg.sendDepth), refs: 1,
 	}
-	c.rdl.init()
-	c.wdl.init()
+	c.rdl.init(c.kick)
+	c.wdl.init(c.kick)
 	c.cc.k = cfg.recvs
 	defer func() {
 		if err != nil {
@@ -125,7 +126,9 @@ func newConn(s *sharedIA, cfg connConfig) (c *Conn, err error) {
 			c = nil
 		}
 	}()
-	if c.evd, err = s.ia.CreateEVD(cfg.recvs+cfg.sendDepth+16, dat.EVDDefault); err != nil {
+	// Room for every completion (at most one per posted request), the
+	// connection events and one kick (see progress).
+	if c.evd, err = s.ia.CreateEVD(cfg.recvs+cfg.sendDepth+16, dat.EVDDefault|dat.EVDSoftware); err != nil {
 		return nil, err
 	}
 	attr := dat.EPAttr{
@@ -240,18 +243,52 @@ func (c *Conn) live(op string) error {
 // CloseRead shuts the read side down: Reads return io.EOF, and data the
 // peer still sends is discarded (its credit returned) so that the peer's
 // Writes do not block.
+//
+// Discarding needs someone to apply the peer's control messages while no
+// Read will come any more, so a half-closed Conn gets a goroutine of its
+// own that drives it until it closes or the peer finishes (see progress).
 func (c *Conn) CloseRead() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return opError("close", c.laddr, c.raddr, net.ErrClosed)
 	}
+	first := !c.readShut
 	c.readShut = true
 	c.rCons = c.rProd
+	if first {
+		c.refs++ // the discarder is inside the Conn until it leaves
+	}
 	c.mu.Unlock()
 	wake(c.rwake)
+	c.kick()
 	c.flushControl()
+	if first {
+		go c.discard()
+	}
 	return nil
+}
+
+// discard drives a read-closed Conn until it is closed or the peer will
+// send nothing more.
+func (c *Conn) discard() {
+	defer c.leave()
+	for {
+		k := c.pr.kicks.Load()
+		c.mu.Lock()
+		over := c.closed || c.rFIN || c.err != nil || c.peerGone
+		c.mu.Unlock()
+		if over {
+			return
+		}
+		if c.poll(k) {
+			continue
+		}
+		select {
+		case <-c.rwake:
+		case <-c.done:
+		}
+	}
 }
 
 // CloseWrite shuts the write side down: once the data written so far is
@@ -265,6 +302,7 @@ func (c *Conn) CloseWrite() error {
 	c.writeShut = true // a Write waiting for space gives up
 	c.mu.Unlock()
 	wake(c.wwake)
+	c.kick()
 	// The FIN must follow the last data: wait for a Write in progress.
 	c.writeMu.Lock()
 	c.mu.Lock()
@@ -289,6 +327,7 @@ func (c *Conn) Close() error {
 	c.finWanted = true
 	close(c.done)
 	c.mu.Unlock()
+	c.kick()
 	c.flushControl()
 	c.teardown()
 	return nil
@@ -296,28 +335,31 @@ func (c *Conn) Close() error {
 
 // teardown ends a connection: it lets queued sends and the FIN drain
 // (bounded by lingerTimeout), disconnects gracefully if they did and
-// abruptly if not, stops the dispatcher and frees the DAT objects. The
-// memory goes when the last Read or Write inside the Conn has left.
+// abruptly if not, and frees the DAT objects. It drives the Conn itself
+// meanwhile (see progress). The memory goes when the last Read or Write
+// inside the Conn has left.
 func (c *Conn) teardown() {
-	limit := time.NewTimer(lingerTimeout)
-	defer limit.Stop()
+	var expired atomic.Bool
+	limit := time.AfterFunc(lingerTimeout, func() { expired.Store(true); c.kick() })
 	drained := false
 	for {
+		k := c.pr.kicks.Load()
 		c.mu.Lock()
 		gone := c.err != nil || c.peerGone || c.state != stateEstablished
 		drained = !gone && (!c.finWanted || c.finSent) && c.posted == c.completed
 		c.closing = true
 		c.mu.Unlock()
-		if gone || drained {
+		if gone || drained || expired.Load() {
 			break
 		}
-		select {
-		case <-c.cwake:
-			continue
-		case <-limit.C:
+		if !c.poll(k) {
+			select {
+			case <-c.cwake:
+			case <-time.After(time.Millisecond):
+			}
 		}
-		break
 	}
+	limit.Stop()
 	if st, err := c.ep.GetStatus(); err == nil && st.State != dat.EPDisconnected && st.State != dat.EPUnconnected {
 		flags := dat.CloseAbrupt
 		if drained {
@@ -327,9 +369,11 @@ func (c *Conn) teardown() {
 			c.awaitDisconnected()
 		}
 	}
-	c.stopDispatch()
-	<-c.dispatchDone
+	// No Read or Write may be inside the EVD while it is freed; they see
+	// closed and leave.
+	c.pollMu.Lock()
 	c.destroy()
+	c.pollMu.Unlock()
 	c.mu.Lock()
 	if c.err == nil {
 		c.err = net.ErrClosed
@@ -343,28 +387,34 @@ func (c *Conn) teardown() {
 	c.leave()
 }
 
-// awaitDisconnected waits, bounded, for the EP to reach DISCONNECTED; the
-// dispatcher wakes cwake on every connection event.
+// awaitDisconnected drives the Conn, bounded, until the EP reaches
+// DISCONNECTED.
 func (c *Conn) awaitDisconnected() {
-	t := time.NewTimer(disconnectTimeout)
+	var expired atomic.Bool
+	t := time.AfterFunc(disconnectTimeout, func() { expired.Store(true); c.kick() })
 	defer t.Stop()
 	for {
+		k := c.pr.kicks.Load()
 		st, err := c.ep.GetStatus()
 		if err != nil || st.State == dat.EPDisconnected {
 			return
 		}
-		select {
-		case <-c.cwake:
-		case <-t.C:
+		if expired.Load() {
 			c.ep.Disconnect(dat.CloseAbrupt)
 			return
+		}
+		if !c.poll(k) {
+			select {
+			case <-c.cwake:
+			case <-time.After(time.Millisecond):
+			}
 		}
 	}
 }
 
-// destroy frees the EP and the EVD (the dispatcher has stopped, or never
-// ran). Freeing the EP closes the provider's QP, after which nothing
-// writes into our memory any more.
+// destroy frees the EP and the EVD (nobody polls them: the caller holds
+// pollMu, or the Conn never ran). Freeing the EP closes the provider's QP,
+// after which nothing writes into our memory any more.
 func (c *Conn) destroy() {
 	if c.ep != nil {
 		c.ep.Free()

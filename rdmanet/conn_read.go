@@ -39,6 +39,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 // rCons theirs to read.
 func (c *Conn) awaitData() (uint64, error) {
 	for {
+		k := c.pr.kicks.Load()
 		// An expired deadline fails the Read even if data is waiting, as
 		// with package net.
 		if c.rdl.passed() {
@@ -65,6 +66,9 @@ func (c *Conn) awaitData() (uint64, error) {
 			return 0, err
 		}
 		c.mu.Unlock()
+		if c.poll(k) {
+			continue
+		}
 		select {
 		case <-c.rwake:
 		case <-c.rdl.done():

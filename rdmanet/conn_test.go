@@ -248,6 +248,7 @@ func TestDeadPeer(t *testing.T) {
 		c1.Write([]byte("last words"))
 		// Wait until the bytes are in c2's ring, unread, then cut c1 off.
 		for limit := time.Now().Add(5 * time.Second); ; {
+			c2.applyQueued() // nobody reads c2: apply its events here
 			c2.mu.Lock()
 			arrived := c2.rProd-c2.rCons == 10
 			c2.mu.Unlock()

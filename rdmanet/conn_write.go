@@ -60,6 +60,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 // sProd theirs.
 func (c *Conn) reserve(want uint64) (uint64, error) {
 	for {
+		k := c.pr.kicks.Load()
 		if c.wdl.passed() {
 			return 0, os.ErrDeadlineExceeded
 		}
@@ -92,6 +93,9 @@ func (c *Conn) reserve(want uint64) (uint64, error) {
 		c.mu.Unlock()
 		if space > 0 {
 			return space, nil
+		}
+		if c.poll(k) {
+			continue
 		}
 		select {
 		case <-c.wwake:

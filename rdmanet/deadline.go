@@ -19,12 +19,25 @@ type deadline struct {
 	ch      chan struct{}
 	expired bool // ch is closed
 	timer   *time.Timer
+	kick    func()
 }
 
-func (d *deadline) init() { d.ch = make(chan struct{}) }
+// init prepares d; kick is called whenever the deadline moves or passes,
+// so that a goroutine sleeping on the Conn's events looks at it again.
+func (d *deadline) init(kick func()) {
+	d.ch = make(chan struct{})
+	d.kick = kick
+}
 
 // set moves the deadline to t (zero: no deadline).
 func (d *deadline) set(t time.Time) {
+	d.setLocked(t)
+	if d.kick != nil {
+		d.kick()
+	}
+}
+
+func (d *deadline) setLocked(t time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.at = t
@@ -50,10 +63,14 @@ func (d *deadline) set(t time.Time) {
 
 func (d *deadline) fire() {
 	d.mu.Lock()
-	if !d.at.IsZero() && !time.Now().Before(d.at) {
+	passed := !d.at.IsZero() && !time.Now().Before(d.at)
+	if passed {
 		d.expire()
 	}
 	d.mu.Unlock()
+	if passed && d.kick != nil {
+		d.kick()
+	}
 }
 
 func (d *deadline) expire() {

@@ -169,12 +169,7 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 		c.releaseMemory()
 		return nil, opError("dial", local, dst, err)
 	}
-	c.startDispatch()
-	select {
-	case err = <-c.setup:
-	case <-ctx.Done():
-		err = contextError(ctx.Err())
-	}
+	err = c.awaitSetup(ctx.Done(), func() error { return contextError(ctx.Err()) })
 	if err != nil {
 		c.abandon()
 		return nil, opError("dial", local, dst, err)

@@ -2,6 +2,7 @@ package rdmanet
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 
@@ -272,26 +273,21 @@ func (l *Listener) handle(cr *dat.CR) {
 	}
 	l.pending[c] = struct{}{}
 	l.mu.Unlock()
-	c.startDispatch()
 	if err := cr.Accept(c.ep, c.hello()); err != nil {
 		l.drop(c)
 		go c.abandon()
 		return
 	}
-	// A connection that fails to come up is dropped by its dispatcher.
 	go l.watch(c)
 }
 
-// watch waits for a pending connection's handshake outcome and drops it
-// if it fails. (Success is handled by deliver, from the dispatcher.)
+// watch drives a pending connection until its handshake ends, and drops
+// it if it fails. (Success is handled by deliver, called while the
+// ESTABLISHED event is applied.)
 func (l *Listener) watch(c *Conn) {
-	select {
-	case err := <-c.setup:
-		if err == nil {
-			return
-		}
-	case <-l.done:
-		return // Close takes care of pending connections
+	err := c.awaitSetup(l.done, func() error { return net.ErrClosed })
+	if err == nil || errors.Is(err, net.ErrClosed) {
+		return // delivered, or Close takes care of pending connections
 	}
 	if l.drop(c) {
 		c.abandon()

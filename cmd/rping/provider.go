@@ -65,14 +65,7 @@ var routeSource = func(dst netip.Addr) netip.Addr {
 	return netip.Addr{}
 }
 
-func isProvider(name string) bool {
-	for _, p := range dat.Providers() {
-		if p == name {
-			return true
-		}
-	}
-	return false
-}
+func isProvider(name string) bool { return dat.IsProvider(name) }
 
 // openIA opens the IA for cfg.
 func openIA(cfg *config) (*dat.IA, error) {

@@ -1,7 +1,6 @@
 package rdmanet
 
 import (
-	"context"
 	"fmt"
 	"syscall"
 
@@ -9,45 +8,11 @@ import (
 	"github.com/rdmanet/rdmanet/rdmanet/internal/handshake"
 )
 
-// One goroutine per Conn waits on the Conn's EVD and dispatches. Per Conn
-// rather than per IA because a DAT EVD admits one waiter, and one EVD per
-// Conn keeps connections independent: a slow or flooded connection never
-// delays another's completions, no cross-connection lookup is needed on
-// the hot path, and the goroutine (a few KiB of stack, parked in the EVD)
-// ends with its Conn. The EVD carries all three streams of the EP
-// (receive and request completions, connection events), so their relative
-// order is preserved.
-//
-// The loop allocates nothing of its own: events are values, control
-// messages are decoded from the registered slots in place, and receives
-// are re-posted with preallocated triplets.
-
-func (c *Conn) startDispatch() {
-	ctx, cancel := context.WithCancel(context.Background())
-	c.stopDispatch = cancel
-	go c.dispatch(ctx)
-}
-
-func (c *Conn) dispatch(ctx context.Context) {
-	defer close(c.dispatchDone)
-	for {
-		ev, nmore, err := c.evd.WaitContext(ctx, 1)
-		if err != nil {
-			if ctx.Err() == nil {
-				c.fail(err) // the EVD or the IA went away under us
-			}
-			return
-		}
-		c.handle(&ev)
-		if nmore == 0 {
-			// Queue drained: answer the whole batch with at most one
-			// control message, then wake whoever waits.
-			c.flushControl()
-			c.wakeAll()
-		}
-	}
-}
-
+// handle applies one event of the Conn's EVD. The EVD carries all three
+// streams of the EP (receive and request completions, connection events),
+// so their relative order is preserved. Nothing here allocates: events
+// are values, control messages are decoded from the registered slots in
+// place, and receives are re-posted with preallocated triplets.
 func (c *Conn) handle(ev *dat.Event) {
 	switch ev.Number {
 	case dat.DTOCompletionEvent:
@@ -66,6 +31,8 @@ func (c *Conn) handle(ev *dat.Event) {
 		c.setupDone(connectError(ev))
 	case dat.ConnectionEventDisconnected, dat.ConnectionEventBroken:
 		c.onDisconnected(ev)
+	case dat.SoftwareEvent:
+		c.pr.kickPosted.Store(false) // a kick (see progress)
 	}
 }
 

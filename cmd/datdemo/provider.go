@@ -1,0 +1,4 @@
+package main
+
+// The pure-Go iWARP provider, the default IA.
+import _ "github.com/rdmanet/rdmanet/dat/iwarp"

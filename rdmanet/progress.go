@@ -1,0 +1,135 @@
+package rdmanet
+
+import (
+	"sync/atomic"
+
+	"github.com/rdmanet/rdmanet/dat"
+)
+
+// A Conn has no goroutine of its own. Whoever waits on it drives it: a
+// blocked Read or Write, Close, and during the handshake the dialer or the
+// listener. The first of them to need progress becomes the poller (it
+// holds pollMu): it takes the Conn's events off its EVD, whose Wait polls
+// the provider's completion queue itself (spin, then sleep), applies them
+// (control messages, send completions, connection events), answers with
+// at most one control message, and wakes the others, who look at the
+// Conn's state again and one of whom polls next if it still has to wait.
+// So a completion reaches the goroutine that waits for it with no hand-off
+// when that goroutine is the poller, and one wake-up when it is not.
+//
+// An idle Conn costs no goroutine. Its events wait in the EVD until the
+// application comes back: data and control messages the peer sends in the
+// meantime land in the ring and the control slots, and the peer's credit,
+// which we return only when we process them, bounds how much.
+//
+// A poller blocked in EVD.Wait sleeps until an event. What changes the
+// Conn without an event (Close, CloseRead, CloseWrite, a deadline set or
+// passing, a dial's context) kicks it: kicks counts those changes, and a
+// kick while the poller sleeps posts a software event to the EVD, which
+// wakes it. A waiter reads kicks before it checks the state it waits for
+// and the poller sleeps only if kicks has not moved since: the poller
+// stores blocked before it reads kicks and a kicker adds to kicks before
+// it reads blocked, so one of them always sees the other.
+type progress struct {
+	kicks      atomic.Uint64
+	blocked    atomic.Bool
+	kickPosted atomic.Bool // a kick's software event is in the EVD
+}
+
+// kick makes a sleeping poller look at the Conn again.
+func (c *Conn) kick() {
+	c.pr.kicks.Add(1)
+	if c.pr.blocked.Load() && c.pr.kickPosted.CompareAndSwap(false, true) {
+		if c.evd.PostSE(nil) != nil {
+			c.pr.kickPosted.Store(false)
+		}
+	}
+}
+
+// poll makes progress on c if no other goroutine is doing so: it applies
+// the events queued, or sleeps until one arrives unless c was kicked
+// since the caller read kicks, then wakes every waiter. It reports false
+// when another goroutine polls; the caller then waits on its wake
+// channel, which that goroutine signals.
+func (c *Conn) poll(kicks uint64) bool {
+	if !c.pollMu.TryLock() {
+		return false
+	}
+	n := c.drainEvents()
+	if n == 0 {
+		c.pr.blocked.Store(true)
+		if c.pr.kicks.Load() == kicks {
+			ev, _, err := c.evd.Wait(dat.TimeoutInfinite, 1)
+			c.pr.blocked.Store(false)
+			if err != nil {
+				c.pollMu.Unlock()
+				c.fail(err) // the EVD or the IA went away under us
+				return true
+			}
+			c.handle(&ev)
+			n = 1 + c.drainEvents()
+		} else {
+			c.pr.blocked.Store(false)
+		}
+	}
+	if n > 0 {
+		// Answer the whole batch with at most one control message.
+		c.flushControl()
+	}
+	c.pollMu.Unlock()
+	// Every waiter looks again, so that if the one it waits for is not
+	// this goroutine's, another goroutine takes over the polling.
+	c.wakeAll()
+	return true
+}
+
+// drainEvents applies every event queued on the EVD and returns how many
+// there were. Callers hold pollMu.
+func (c *Conn) drainEvents() int {
+	n := 0
+	for {
+		ev, err := c.evd.Dequeue()
+		if err != nil {
+			return n
+		}
+		c.handle(&ev)
+		n++
+	}
+}
+
+// awaitSetup drives the Conn until its handshake ends and returns the
+// outcome, or stop's error once stop is closed.
+func (c *Conn) awaitSetup(stop <-chan struct{}, stopErr func() error) error {
+	if stop != nil {
+		// A poller asleep in the EVD must notice stop.
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			select {
+			case <-stop:
+				c.kick()
+			case <-done:
+			}
+		}()
+	}
+	for {
+		k := c.pr.kicks.Load()
+		select {
+		case err := <-c.setup:
+			return err
+		case <-stop:
+			return stopErr()
+		default:
+		}
+		if c.poll(k) {
+			continue
+		}
+		select {
+		case err := <-c.setup:
+			return err
+		case <-stop:
+			return stopErr()
+		case <-c.cwake:
+		}
+	}
+}
