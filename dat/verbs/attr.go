@@ -33,6 +33,12 @@ const maxSGE = 32
 type devLimits struct {
 	maxCQE    int // entries of one CQ
 	maxSRQSGE int // SGEs of one SRQ receive
+	// cqResizable: ibv_resize_cq works (rxe; not siw), so a CQ can grow
+	// as QPs are attached (CQ.attach).
+	cqResizable bool
+	// windows: the device has type 1 memory windows, so its PDs and QPs
+	// offer the window interfaces (windowPD, windowQP).
+	windows bool
 	// windowBoundsByRegion: the device checks an access through a
 	// window against the region the window is bound to, not against the
 	// window's own range, so windows are bound over an exact-range
@@ -62,11 +68,10 @@ func queryAttr(ctx *C.struct_ibv_context, port uint8) (driver.IAAttr, devLimits,
 		MaxMessageSize: uint32(pa.max_msg_sz),
 		MaxRDMASize:    uint32(pa.max_msg_sz),
 		// rdma_conn_param carries the depths in a byte.
-		MaxIRD:        min(int(da.max_qp_rd_atom), 255),
-		MaxORD:        min(int(da.max_qp_init_rd_atom), 255),
-		MaxMR:         int(da.max_mr),
-		MaxMRSize:     uint64(da.max_mr_size),
-		MemoryWindows: hasType1Windows(&da),
+		MaxIRD:    min(int(da.max_qp_rd_atom), 255),
+		MaxORD:    min(int(da.max_qp_init_rd_atom), 255),
+		MaxMR:     int(da.max_mr),
+		MaxMRSize: uint64(da.max_mr_size),
 		// The IB spec leaves it to the device whether an SRQ may serve
 		// QPs of another PD; say no, which every device honours.
 		SRQPDDifference: false,
@@ -90,11 +95,12 @@ func queryAttr(ctx *C.struct_ibv_context, port uint8) (driver.IAAttr, devLimits,
 		a.Transport = driver.TransportIB
 		a.MaxPrivateData = maxPrivateDataIB
 	}
-	lim := devLimits{maxCQE: int(da.max_cqe), maxSRQSGE: min(int(da.max_srq_sge), maxSGE)}
+	lim := devLimits{maxCQE: int(da.max_cqe), maxSRQSGE: min(int(da.max_srq_sge), maxSGE), windows: hasType1Windows(&da)}
+	lim.cqResizable = C.shim_probe_resize_cq(ctx) != 0
 	// Measured on Debian 12's 6.1 kernel: an RDMA Write through an rxe
 	// window's key lands anywhere in the window's region, even wholly
 	// outside the window (the responder checks the region's range only).
-	lim.windowBoundsByRegion = a.MemoryWindows && da.vendor_id == rxeVendorID
+	lim.windowBoundsByRegion = lim.windows && da.vendor_id == rxeVendorID
 	return a, lim, nil
 }
 

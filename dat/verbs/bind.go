@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
@@ -23,20 +24,31 @@ import (
 // would hold it up for ever. A variable so that tests can shorten it.
 var bindTimeout = 10 * time.Second
 
-// bindWait is the provider's own record of a posted bind: it sits in the
-// send queue's FIFO like any request, so completions keep pairing with
-// entries in post order, but its completion goes to the waiting
-// BindWindow, never to the handler.
+// bindWait is the provider's record of the bind posted on a QP (at most
+// one at a time, QP.bindMu). Its wr_id is a handle of kind wrBind with the
+// QP's bind number (wrid.go), so its completion is told from package
+// dat's and never reaches it: whoever polls the CQ (package dat's waiter,
+// or BindWindow itself) hands it here.
 type bindWait struct {
+	seq    uint64
 	done   chan struct{} // closed once the completion (or flush) arrives
-	status uint32        // ibv_wc_status; written before done is closed
+	once   sync.Once
+	status uint32 // ibv_wc_status; written before done is closed
 }
 
-// finish records the bind's completion status. Callers hold QP.mu; an
-// entry completes exactly once.
+// finish records the bind's completion status; the first call wins.
 func (b *bindWait) finish(status uint32) {
-	b.status = status
-	close(b.done)
+	b.once.Do(func() {
+		b.status = status
+		close(b.done)
+	})
+}
+
+// bindDone takes the completion of bind number seq.
+func (q *QP) bindDone(seq uint64, status uint32) {
+	if b := q.bind.Load(); b != nil && b.seq == seq {
+		b.finish(status)
+	}
 }
 
 // BindWindow binds dw over [addr, addr+length) of dm through the QP's send
@@ -57,7 +69,11 @@ func (b *bindWait) finish(status uint32) {
 // nothing stays in limbo) and wraps context.DeadlineExceeded. After any
 // of these the window is unbound (resetLocked says why); after an error
 // returned before the bind was posted it is unchanged.
-func (q *QP) BindWindow(dw driver.Window, dm driver.MR, addr, length uint64, access driver.Access) (uint32, error) {
+func (wq windowQP) BindWindow(dw driver.Window, dm driver.MR, addr, length uint64, access driver.Access) (uint32, error) {
+	return wq.bindWindow(dw, dm, addr, length, access)
+}
+
+func (q *QP) bindWindow(dw driver.Window, dm driver.MR, addr, length uint64, access driver.Access) (uint32, error) {
 	w, ok := dw.(*Window)
 	if !ok || w.pd.ia != q.ia {
 		return 0, fmt.Errorf("verbs: bind window: window %T is not of this IA: %w", dw, driver.ErrInvalidAddress)
@@ -105,14 +121,18 @@ func (q *QP) BindWindow(dw driver.Window, dm driver.MR, addr, length uint64, acc
 		target = m.mr
 	}
 
-	bw, rkey, err := q.postBind(w, target, addr, length, access)
+	q.bindMu.Lock()
+	defer q.bindMu.Unlock()
+	bw, c, rkey, err := q.postBind(w, target, addr, length, access)
 	if err != nil {
 		if own {
 			w.pd.deregOwn(target)
 		}
 		return 0, err // nothing was posted: the window is unchanged
 	}
-	if err := q.awaitBind(bw); err != nil {
+	err = q.awaitBind(bw, c)
+	q.bind.Store(nil)
+	if err != nil {
 		var extra *C.struct_ibv_mr
 		if own {
 			extra = target
@@ -135,59 +155,66 @@ func (q *QP) BindWindow(dw driver.Window, dm driver.MR, addr, length uint64, acc
 	return rkey, nil
 }
 
-// postBind queues a bind entry and posts the bind.
-func (q *QP) postBind(w *Window, target *C.struct_ibv_mr, addr, length uint64, access driver.Access) (*bindWait, uint32, error) {
+// postBind posts the bind. Callers hold bindMu.
+func (q *QP) postBind(w *Window, target *C.struct_ibv_mr, addr, length uint64, access driver.Access) (*bindWait, *conn, uint32, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.state != qpConnected {
-		return nil, 0, errInvalidState("bind window", q.state)
+		return nil, nil, 0, errInvalidState("bind window", q.state)
 	}
-	if q.cfg.PD != driver.PD(w.pd) {
-		return nil, 0, fmt.Errorf("verbs: bind window: the window is in another PD than the QP: %w", driver.ErrInvalidAddress)
+	if p, _ := pdOf(q.cfg.PD); p != w.pd {
+		return nil, nil, 0, fmt.Errorf("verbs: bind window: the window is in another PD than the QP: %w", driver.ErrInvalidAddress)
 	}
-	if q.sq.len() >= q.cfg.MaxSendWR {
-		// DAT counts binds among the EP's max_request_dtos.
-		return nil, 0, fmt.Errorf("verbs: bind window: %d requests outstanding: %w", q.sq.len(), driver.ErrQueueFull)
-	}
-	q.seq++
-	bw := &bindWait{done: make(chan struct{})}
-	q.sq.push(wrEntry{seq: q.seq, state: wrPosted, signaled: true, bind: bw})
+	q.bindSeq++
+	bw := &bindWait{seq: q.bindSeq, done: make(chan struct{})}
+	q.bind.Store(bw)
 	var rkey C.uint32_t
-	rc := C.shim_bind_mw(q.conn.qp, w.mw, C.uint64_t(wrID(wrKindSend, q.seq)), target,
+	q.sendPosted.Add(1)
+	rc := C.shim_bind_mw(q.conn.qp, w.mw, C.uint64_t(wrHandleOf(wrBind, bw.seq)), target,
 		C.uint64_t(addr), C.uint64_t(length), mwAccess(access), &rkey)
 	if rc != 0 {
-		q.sq.dropNewest()
-		return nil, 0, postError("ibv_bind_mw", errnoOf(rc))
+		q.sendPosted.Add(^uint64(0))
+		q.bind.Store(nil)
+		return nil, nil, 0, postError("ibv_bind_mw", errnoOf(rc))
 	}
-	return bw, uint32(rkey), nil
+	return bw, q.conn, uint32(rkey), nil
 }
 
 // awaitBind waits, bounded, for the bind's completion and reports a
-// failure.
-func (q *QP) awaitBind(bw *bindWait) error {
-	t := time.NewTimer(bindTimeout)
-	defer t.Stop()
-	select {
-	case <-bw.done:
+// failure. It polls the send CQ itself (into the CQ's stash, for package
+// dat), since nobody else may be polling it.
+func (q *QP) awaitBind(bw *bindWait, c *conn) error {
+	if q.pollFor(bw.done, c.scq, bindTimeout) {
 		return bindStatusError(bw.status)
-	case <-t.C:
 	}
 	err := fmt.Errorf("verbs: connection broken: a window bind did not complete within %v", bindTimeout)
-	q.mu.Lock()
-	if q.state == qpConnected {
-		q.lostLocked(err)
-	}
-	q.mu.Unlock()
-	// The QP is in the error state now (or being torn down), so the
-	// device flushes the bind; wait for that, so the bind is not still
-	// pending when the window is deallocated.
-	t.Reset(drainTimeout)
-	select {
-	case <-bw.done:
-	case <-t.C:
-	}
+	// Breaking the connection quiesces the QP, which ends the bind one
+	// way or the other (flushed, or finished as flushed once the QP is
+	// destroyed), so the bind is not pending when the window is
+	// deallocated.
+	go q.lost(err)
+	<-c.quiesced
+	<-bw.done
 	return fmt.Errorf("verbs: bind window: no completion within %v, the requests posted before it are stuck; the connection is broken: %w",
 		bindTimeout, context.DeadlineExceeded)
+}
+
+// pollFor polls cq into its stash until done is closed (true) or timeout
+// passes (false).
+func (q *QP) pollFor(done <-chan struct{}, cq *CQ, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for pause := 5 * time.Microsecond; ; pause = min(2*pause, time.Millisecond) {
+		cq.collect()
+		select {
+		case <-done:
+			return true
+		default:
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(pause)
+	}
 }
 
 // bindStatusError maps a bind's work completion status.
@@ -202,8 +229,4 @@ func bindStatusError(status uint32) error {
 			wcStatusString(status), driver.ErrAccessRefused)
 	}
 	return fmt.Errorf("verbs: bind window: the bind failed (%s), and the connection is broken", wcStatusString(status))
-}
-
-func wcStatusString(status uint32) string {
-	return C.GoString(C.ibv_wc_status_str(C.enum_ibv_wc_status(status)))
 }

@@ -14,10 +14,20 @@ import (
 	"github.com/rdmanet/rdmanet/dat/driver"
 )
 
-// How long teardown waits for the device to flush what is posted after the
-// QP moved to the error state, before destroying it and completing the
-// rest as flushed itself. rxe flushes from a kernel tasklet, siw at once.
-const drainTimeout = 2 * time.Second
+// drainTimeout bounds how long quiesce waits for the device to flush what
+// is posted once the QP is in the error state. rxe flushes from a kernel
+// tasklet at once; siw sometimes never completes a request posted to a
+// QP already in the error state, and then the ibv_qp is destroyed anyway.
+// A variable so that tests can shorten it.
+var drainTimeout = 2 * time.Second
+
+// Room kept in the ibv_qp beyond the configured depths: the send queue
+// takes one window bind (binds are serialised, bindMu) and one drain
+// marker, the receive queue one drain marker.
+const (
+	extraSendWR = 2
+	extraRecvWR = 1
+)
 
 // newConnID creates an rdma_cm id on the IA's channel whose events go to q.
 func (q *QP) newConnID() (*conn, error) {
@@ -30,10 +40,10 @@ func (q *QP) newConnID() (*conn, error) {
 	return c, nil
 }
 
-// createVerbsQP builds the connection's CQ and RC QP on c.id from cfg and
-// posts the receives that were waiting for it.
-func (q *QP) createVerbsQP(c *conn, cfg driver.QPConfig) error {
-	pd, _ := cfg.PD.(*PD)
+// createVerbsQP builds the connection's RC QP on c.id from cfg, attaches
+// it to its CQs and posts the receives that were waiting for it.
+func (q *QP) createVerbsQP(c *conn, cfg driver.QPConfig) (err error) {
+	pd, _ := pdOf(cfg.PD)
 	if pd == nil {
 		return fmt.Errorf("QP has no PD: %w", driver.ErrNotConnected)
 	}
@@ -41,52 +51,90 @@ func (q *QP) createVerbsQP(c *conn, cfg driver.QPConfig) error {
 		return fmt.Errorf("the connection uses another RDMA device than the IA: %w", driver.ErrInvalidAddress)
 	}
 	var srq *C.struct_ibv_srq
-	recvWR := cfg.MaxRecvWR
-	if s, ok := cfg.SRQ.(*SRQ); ok {
+	s, _ := cfg.SRQ.(*SRQ)
+	sendWR, recvWR := max(cfg.MaxSendWR, 1)+extraSendWR, max(cfg.MaxRecvWR, 1)+extraRecvWR
+	sEnt, rEnt := sendWR, recvWR
+	if s != nil {
 		srq = s.srq
-		recvWR = s.cfg.MaxRecvWR // every SRQ receive may complete on this QP's CQ
+		rEnt = s.cfg.MaxRecvWR // every SRQ receive may complete on this QP's CQ
 	}
-	if cfg.MaxSendWR+recvWR+1 > q.ia.lim.maxCQE {
-		return fmt.Errorf("%d send + %d SRQ receive WRs exceed the device's CQ size %d: %w",
-			cfg.MaxSendWR, recvWR, q.ia.lim.maxCQE, driver.ErrResources)
+	scq, rcq := q.sendCQ, q.recvCQ
+	if scq == nil && rcq == nil {
+		// Nothing will be posted, but the provider's own requests
+		// complete somewhere.
+		if c.private, err = q.ia.newCQ(sEnt + rEnt); err != nil {
+			return err
+		}
+		scq, rcq = c.private, c.private
 	}
-	// One CQ per connection for both queues: completions of one QP are
-	// then polled, paired and delivered by one goroutine in order.
-	cqe := max(cfg.MaxSendWR+recvWR+1, 2)
-
-	q.cqMu.Lock()
-	defer q.cqMu.Unlock()
-	cq, err := C.shim_create_cq(q.ia.ctx, C.int(cqe), C.uintptr_t(q.key), q.ia.comp)
-	if cq == nil {
-		return fmt.Errorf("ibv_create_cq(%d): %v: %w", cqe, err, driver.ErrResources)
+	if scq == nil {
+		scq = rcq
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	rc := C.shim_create_qp(c.id, pd.pd, cq, srq,
-		C.uint32_t(max(cfg.MaxSendWR, 1)), C.uint32_t(max(cfg.MaxRecvWR, 1)),
+	if rcq == nil {
+		rcq = scq
+	}
+	if err := scq.attach(sEnt); err != nil {
+		return err
+	}
+	if err := rcq.attach(rEnt); err != nil {
+		scq.detach(sEnt)
+		return err
+	}
+	c.scq, c.rcq, c.sEnt, c.rEnt = scq, rcq, sEnt, rEnt
+	q.srq = s
+	rc := C.shim_create_qp(c.id, pd.pd, scq.cq, rcq.cq, srq,
+		C.uint32_t(sendWR), C.uint32_t(recvWR),
 		C.uint32_t(max(cfg.MaxSendSGE, 1)), C.uint32_t(max(cfg.MaxRecvSGE, 1)), C.uintptr_t(q.key))
 	if rc != 0 {
-		C.ibv_destroy_cq(cq)
+		scq.detach(sEnt)
+		rcq.detach(rEnt)
+		c.scq, c.rcq = nil, nil
 		return fmt.Errorf("rdma_create_qp: %v: %w", errnoOf(rc), driver.ErrResources)
 	}
-	c.qp = C.shim_id_qp(c.id)
-	q.cq = cq
-	C.shim_arm_cq(cq)
-	var perr error
-	q.rq.each(func(e *wrEntry) {
-		if perr != nil || e.state != wrPending {
-			return
+	qp := C.shim_id_qp(c.id)
+	c.qpNum = uint32(C.shim_qp_num(qp))
+	lockCQs(scq, rcq)
+	scq.qps[c.qpNum] = q
+	rcq.qps[c.qpNum] = q
+	unlockCQs(scq, rcq)
+
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	c.qp = qp
+	pending := q.pending
+	q.pending = nil
+	for _, p := range pending {
+		wrid, idx := encodeWRID(p.id, true, &q.esc, wrEscRecv)
+		n := q.fillSGEs(p.sges)
+		if rc := C.shim_post_recv(qp, C.uint64_t(wrid), &q.sges[0], C.int(n)); rc != 0 {
+			if idx != 0 {
+				q.esc.drop(idx)
+			}
+			return postError("ibv_post_recv", errnoOf(rc))
 		}
-		n := q.fillSGEs(e.sges)
-		if rc := C.shim_post_recv(c.qp, C.uint64_t(wrID(wrKindRecv, e.seq)), &q.sges[0], C.int(n)); rc != 0 {
-			perr = postError("ibv_post_recv", errnoOf(rc))
-			return
-		}
-		e.state = wrPosted
-		e.sges = e.sges[:0]
-		q.rq.posted++
-	})
-	return perr
+	}
+	return nil
+}
+
+// lockCQs locks one or two CQs in a fixed order (by key), so that two
+// QPs on the same pair never deadlock.
+func lockCQs(a, b *CQ) {
+	if a == b {
+		a.mu.Lock()
+		return
+	}
+	if a.key > b.key {
+		a, b = b, a
+	}
+	a.mu.Lock()
+	b.mu.Lock()
+}
+
+func unlockCQs(a, b *CQ) {
+	a.mu.Unlock()
+	if a != b {
+		b.mu.Unlock()
+	}
 }
 
 // fillSGEs copies sges into the post scratch. Callers hold mu and have
@@ -98,91 +146,110 @@ func (q *QP) fillSGEs(sges []driver.SGE) int {
 	return len(sges)
 }
 
-// waitIdle waits until the device has completed every posted send (and,
-// with recvToo, every posted receive), or timeout passes, or stop closes.
-func (q *QP) waitIdle(recvToo bool, timeout time.Duration, stop <-chan struct{}) {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	for {
+// quiesce makes the connection quiescent, once; later callers wait for
+// the first. The QP goes to the error state, a drain marker is posted to
+// each of its queues, and the CQs are polled into their stashes until the
+// markers' flushes come back (bounded by drainTimeout): a queue completes
+// in order once in the error state, so everything posted before a marker
+// has completed by then. Then the ibv_qp is destroyed, after which the
+// device neither touches posted memory nor completes anything more, and
+// the CQs are polled once more, so that every completion it made for the
+// QP is in a stash or still in the CQ (some devices remove a destroyed
+// QP's entries from its CQ: hence the polling before). The rdma_cm id is
+// destroyed in the background (on iWARP that can wait for the peer); IA
+// Close waits for it.
+func (q *QP) quiesce(c *conn) {
+	c.quiesceOnce.Do(func() {
+		defer close(c.quiesced)
+		if c.busy != nil {
+			<-c.busy
+		}
 		q.mu.Lock()
-		if q.sq.posted == 0 && (!recvToo || q.rq.posted == 0) {
-			q.mu.Unlock()
-			return
-		}
-		if q.progress == nil {
-			q.progress = make(chan struct{})
-		}
-		p := q.progress
+		qp := c.qp
 		q.mu.Unlock()
-		select {
-		case <-p:
-		case <-t.C:
-			return
-		case <-stop:
-			return
+		if qp != nil {
+			C.shim_qp_to_error(qp)
+			q.drainMarkers(c, qp)
+			q.destroyVerbsQP(c)
 		}
-	}
+		if c.private != nil {
+			c.private.Close()
+		}
+		q.ia.ids.Add(1)
+		go func() {
+			defer q.ia.ids.Done()
+			C.shim_destroy_id(c.id)
+			unregister(c.key)
+		}()
+	})
+	<-c.quiesced
 }
 
-// drain polls the CQ until the device has completed every posted request
-// or timeout passes. It polls instead of waiting for completion events:
-// siw does not reliably raise one for the flushed completions of a QP in
-// the error state, and Close must not sit out drainTimeout for them.
-func (q *QP) drain(timeout time.Duration) {
-	deadline := time.Now().Add(timeout)
+// drainMarkers posts the drain markers and polls until their flushes come
+// back or drainTimeout passes. A QP on an SRQ has no receive queue of its
+// own to mark: SRQ receives are not flushed by a QP's error state, and
+// destroying the QP ends whatever it was receiving.
+func (q *QP) drainMarkers(c *conn, qp *C.struct_ibv_qp) {
+	q.marked[0].Store(false)
+	q.marked[1].Store(false)
+	wantSend := C.shim_post_send(qp, C.uint64_t(wrHandleOf(wrMarkSend, 0)), C.IBV_WR_SEND, C.IBV_SEND_SIGNALED, nil, 0, 0, 0) == 0
+	if wantSend {
+		q.sendPosted.Add(1)
+	}
+	wantRecv := q.srq == nil && C.shim_post_recv(qp, C.uint64_t(wrHandleOf(wrMarkRecv, 0)), nil, 0) == 0
+	deadline := time.Now().Add(drainTimeout)
 	for pause := 20 * time.Microsecond; ; pause = min(2*pause, 5*time.Millisecond) {
-		q.cqMu.Lock()
-		if q.cq != nil {
-			q.pollLocked()
+		c.scq.collect()
+		if c.rcq != c.scq {
+			c.rcq.collect()
 		}
-		q.cqMu.Unlock()
-		q.mu.Lock()
-		idle := q.sq.posted == 0 && q.rq.posted == 0
-		q.mu.Unlock()
-		if idle || time.Now().After(deadline) {
+		if (!wantSend || q.marked[0].Load()) && (!wantRecv || q.marked[1].Load()) {
+			return
+		}
+		if time.Now().After(deadline) {
+			q.ia.logf("QP %d: drain markers not flushed within %v (send %v, recv %v); destroying it", c.qpNum, drainTimeout, q.marked[0].Load(), q.marked[1].Load())
 			return
 		}
 		time.Sleep(pause)
 	}
 }
 
-// teardown destroys a connection's verbs objects. The QP goes to the
-// error state first so the device flushes everything posted; what it has
-// not completed within drainTimeout is completed as flushed here, after a
-// last poll, so every posted request gets exactly one completion.
-func (q *QP) teardown(c *conn) {
-	if c.busy != nil {
-		<-c.busy
-	}
-	q.mu.Lock()
-	qp := c.qp
-	q.mu.Unlock()
-	if qp != nil {
-		C.shim_qp_to_error(qp)
-		q.drain(drainTimeout)
-	}
-	q.cqMu.Lock()
-	if q.cq != nil {
-		q.pollLocked()
-	}
-	if qp != nil {
-		// Under cmMu: librdmacm may be moving this QP's state inside
-		// rdma_get_cm_event (see fetchCM).
-		q.ia.cmMu.Lock()
-		C.rdma_destroy_qp(c.id)
-		q.ia.cmMu.Unlock()
-	}
+// destroyVerbsQP destroys the ibv_qp and takes what it left in its CQs.
+// The CQs stay locked from before the destruction until the QP's number
+// is forgotten: the device may give the number to a new QP at once.
+func (q *QP) destroyVerbsQP(c *conn) {
 	q.mu.Lock()
 	c.qp = nil
 	q.mu.Unlock()
-	if q.cq != nil {
-		C.ibv_destroy_cq(q.cq)
-		q.cq = nil
+	lockCQs(c.scq, c.rcq)
+	c.scq.stashLocked()
+	if c.rcq != c.scq {
+		c.rcq.stashLocked()
 	}
-	q.cqMu.Unlock()
-	C.shim_destroy_id(c.id)
-	unregister(c.key)
-	q.mu.Lock()
-	q.flushAllLocked()
-	q.mu.Unlock()
+	// Under cmMu: librdmacm may be moving this QP's state inside
+	// rdma_get_cm_event (see fetchCM).
+	q.ia.cmMu.Lock()
+	C.rdma_destroy_qp(c.id)
+	q.ia.cmMu.Unlock()
+	c.scq.stashLocked()
+	delete(c.scq.qps, c.qpNum)
+	if c.rcq != c.scq {
+		c.rcq.stashLocked()
+		delete(c.rcq.qps, c.qpNum)
+	}
+	wake := len(c.scq.stash) > 0 || len(c.rcq.stash) > 0
+	unlockCQs(c.scq, c.rcq)
+	c.scq.detach(c.sEnt)
+	c.rcq.detach(c.rEnt)
+	if wake {
+		c.scq.Interrupt()
+		if c.rcq != c.scq {
+			c.rcq.Interrupt()
+		}
+	}
+	// A bind still waiting will never complete now.
+	if bw := q.bind.Load(); bw != nil {
+		bw.finish(wcFlushErr)
+	}
+	q.esc.reset()
 }

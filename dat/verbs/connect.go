@@ -28,9 +28,8 @@ const (
 
 // attempt is one Connect or Request.Accept in progress. The QP's CM events
 // reach it through events; Disconnect and Close cancel it and wait for
-// done. By then a failed attempt has flushed what was posted and handed
-// the destruction of its connection to a goroutine counted in
-// QP.tearing.
+// done. By then a failed attempt has handed the quiescing of its
+// connection to a goroutine counted in QP.tearing.
 type attempt struct {
 	events    chan cmEvent
 	abort     chan struct{}
@@ -45,7 +44,7 @@ func (a *attempt) cancel() {
 	a.abortOnce.Do(func() { close(a.abort) })
 }
 
-// begin moves an unconnected QP to connecting.
+// begin moves a QP that never connected to connecting.
 func (q *QP) begin(op string) (*attempt, driver.QPConfig, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -58,11 +57,12 @@ func (q *QP) begin(op string) (*attempt, driver.QPConfig, error) {
 	return a, q.cfg, nil
 }
 
-// finish ends an attempt. On success the QP is connected (and any event
-// that raced the outcome, such as an immediate DISCONNECTED, is applied);
-// on failure, or when Disconnect/Close overtook it, the connection is torn
-// down, everything posted completes flushed, and the QP is disconnected.
-func (q *QP) finish(a *attempt, err error) error {
+// finish ends an attempt. On success the QP is connected, the result gets
+// the connection's addresses, and any event that raced the outcome (an
+// immediate DISCONNECTED, a QP error) is applied. On failure, or when
+// Disconnect/Close overtook it, the QP's connection is over: it is
+// quiesced in the background (Disconnect and Close wait for that).
+func (q *QP) finish(a *attempt, res *driver.ConnectResult, err error) error {
 	defer close(a.done)
 	q.mu.Lock()
 	q.attempt = nil
@@ -71,48 +71,43 @@ func (q *QP) finish(a *attempt, err error) error {
 	}
 	if err == nil {
 		q.state = qpConnected
-		if c := q.conn; c != nil {
-			q.local, q.remote = idAddr(c.id, false), idAddr(c.id, true)
-		}
-		if a.broken != nil {
-			// The device failed the QP between ESTABLISHED and now
-			// (e.g. the peer's first request violated our access).
-			q.lostLocked(a.broken)
-		}
+		c := q.conn
+		res.Local, res.Remote = idAddr(c.id, false), idAddr(c.id, true)
+		end, lostErr := a.broken != nil, a.broken
 	drain:
-		for q.state == qpConnected {
+		for !end {
 			select {
 			case ev := <-a.events:
-				q.connEventLocked(&ev)
+				end, lostErr = q.connEventLocked(&ev)
 			default:
 				break drain
 			}
 		}
 		q.mu.Unlock()
+		if end {
+			go q.lost(lostErr)
+		}
 		return nil
 	}
 	c := q.conn
-	q.conn = nil
 	if q.state != qpClosed {
-		q.state = qpDisconnected
+		q.state = qpDead
 	}
+	q.pending = nil
 	if c == nil {
-		q.flushAllLocked()
 		q.mu.Unlock()
 		return err
 	}
-	// Flushing starts now; destroying the objects runs in the background
-	// because rdma_destroy_id on an iWARP id whose connect is unanswered
-	// blocks in the kernel until the MPA reply timeout (siw: 10 s).
-	// Reset and Close wait for it.
 	if c.qp != nil && c.idle() {
+		// Flushing starts now, even if quiescing has to wait for an
+		// rdma_connect in flight.
 		C.shim_qp_to_error(c.qp)
 	}
 	q.tearing.Add(1)
 	q.mu.Unlock()
 	go func() {
 		defer q.tearing.Done()
-		q.teardown(c)
+		q.quiesce(c)
 	}()
 	return err
 }
@@ -131,8 +126,8 @@ func (q *QP) await(ctx context.Context, a *attempt) (cmEvent, error) {
 
 // Connect establishes a connection to remote (a *net.TCPAddr whose port is
 // the rdma_cm port): resolve address and route, create the verbs QP, then
-// rdma_connect with IRD/ORD from the configuration and privateData. See
-// doc.go for how each outcome is reported. On iWARP, rdma_connect makes the
+// rdma_connect with IRD/ORD from the configuration and privateData. A QP
+// connects once. See doc.go for how each outcome is reported. On iWARP, rdma_connect makes the
 // TCP connection synchronously inside the kernel; ctx is checked again
 // once it returns.
 func (q *QP) Connect(ctx context.Context, remote net.Addr, privateData []byte) (driver.ConnectResult, error) {
@@ -157,7 +152,7 @@ func (q *QP) Connect(ctx context.Context, remote net.Addr, privateData []byte) (
 		// synchronous TCP connect): report the deadline, as DAT wants.
 		err = ctx.Err()
 	}
-	if err = q.finish(a, err); err != nil {
+	if err = q.finish(a, &res, err); err != nil {
 		return driver.ConnectResult{}, fmt.Errorf("%s: %w", prefix, err)
 	}
 	return res, nil

@@ -30,22 +30,22 @@ func TestConnectPrivateData(t *testing.T) {
 			if a.err != nil {
 				t.Fatalf("%d bytes: accept: %v", n, a.err)
 			}
-			wantPD(t, d, "request", a.req.PrivateData(), reqPD)
+			info := a.req.Info()
+			wantPD(t, d, "request", info.PrivateData, reqPD)
 			wantPD(t, d, "accept", res.PrivateData, repPD)
-			ird, ord := a.req.ReadLimits()
-			if cfg := defaultQPConfig(nil); ird != cfg.IRD || ord != cfg.ORD {
-				t.Errorf("ReadLimits %d/%d, want the initiator's IRD/ORD %d/%d", ird, ord, cfg.IRD, cfg.ORD)
+			if cfg := defaultQPConfig(nil); info.IRD != cfg.IRD || info.ORD != cfg.ORD {
+				t.Errorf("request IRD/ORD %d/%d, want the initiator's %d/%d", info.IRD, info.ORD, cfg.IRD, cfg.ORD)
 			}
-			cl, cr := c.qp.Addrs()
-			sl, sr := s.qp.Addrs()
+			cl, cr := res.Local, res.Remote
+			sl, sr := a.res.Local, a.res.Remote
 			if cl == nil || cr == nil || sl == nil || sr == nil {
-				t.Fatalf("Addrs: client %v %v, server %v %v", cl, cr, sl, sr)
+				t.Fatalf("addresses: client %v %v, server %v %v", cl, cr, sl, sr)
 			}
 			if cr.String() != l.Addr().String() || cl.String() != sr.String() || sl.String() != cr.String() {
-				t.Errorf("Addrs: client %v->%v, server %v->%v, listener %v", cl, cr, sl, sr, l.Addr())
+				t.Errorf("addresses: client %v->%v, server %v->%v, listener %v", cl, cr, sl, sr, l.Addr())
 			}
-			if a.req.RemoteAddr().String() != cl.String() {
-				t.Errorf("request RemoteAddr %v, client local %v", a.req.RemoteAddr(), cl)
+			if info.Remote.String() != cl.String() || info.Local.String() != sl.String() {
+				t.Errorf("request from %v to %v, connection %v->%v", info.Remote, info.Local, cl, sl)
 			}
 			if err := c.qp.Disconnect(false); err != nil {
 				t.Fatal(err)
@@ -74,13 +74,13 @@ func TestPrivateDataTooLong(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := req.Accept(testCtx(t), s.qp, big); err == nil {
+		if _, err := req.Accept(testCtx(t), s.dqp, big); err == nil {
 			t.Fatal("oversized accept private data accepted")
 		}
 		if err := req.Reject(big); err == nil {
 			t.Fatal("oversized reject private data accepted")
 		}
-		if err := req.Accept(testCtx(t), s.qp, []byte("ok")); err != nil {
+		if _, err := req.Accept(testCtx(t), s.dqp, []byte("ok")); err != nil {
 			t.Fatalf("accept after the refused calls: %v", err)
 		}
 		if err := <-errc; err != nil {
@@ -109,11 +109,12 @@ func TestReject(t *testing.T) {
 			t.Fatalf("connect: %v, want a *driver.RejectError", err)
 		}
 		wantPD(t, d, "reject", rej.PrivateData, pd)
-		// A failed connect leaves the QP disconnected; Reset makes it
-		// usable again.
-		if err := c.qp.Reset(); err != nil {
-			t.Fatal(err)
+		// A QP connects once: a failed attempt leaves it unusable, and
+		// a fresh one connects.
+		if _, err := c.qp.Connect(testCtx(t), l.Addr(), nil); !errors.Is(err, driver.ErrNotConnected) {
+			t.Fatalf("second connect of a QP: %v, want ErrNotConnected", err)
 		}
+		c.renew(t, defaultQPConfig(c.dpd))
 		connectPair(t, c, s)
 	})
 }
@@ -132,9 +133,7 @@ func TestNonPeerRejects(t *testing.T) {
 				t.Fatalf("%s: %v, want a non-peer reject", what, err)
 			}
 			t.Logf("%s: %v (unreachable=%v)", what, err, errors.Is(err, driver.ErrUnreachable))
-			if err := c.qp.Reset(); err != nil {
-				t.Fatal(err)
-			}
+			c.renew(t, defaultQPConfig(c.dpd))
 		}
 
 		port := unusedPort(t, s.ia)
@@ -169,7 +168,7 @@ func TestNonPeerRejects(t *testing.T) {
 		// Closing the listener refuses the waiting request, which lets
 		// an iWARP initiator's teardown finish at once (see doc.go).
 		lb.Close()
-		if err := first.qp.Reset(); err != nil {
+		if err := first.qp.Close(); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -193,9 +192,6 @@ func TestUnreachable(t *testing.T) {
 		}
 		if !errors.Is(err, want) {
 			t.Fatalf("connect without a route: %v, want %v", err, want)
-		}
-		if err := c.qp.Reset(); err != nil {
-			t.Fatal(err)
 		}
 	})
 }
@@ -229,13 +225,18 @@ func TestConnectDeadline(t *testing.T) {
 		if el := time.Since(start); el > 5*time.Second {
 			t.Errorf("deadline reported after %v", el)
 		}
-		// The receive posted before the attempt is flushed with it.
-		if cp := c.h.next(t); cp.Cookie != 1 || cp.Status != driver.StatusFlushed {
-			t.Errorf("receive after failed connect: %+v, want cookie 1 flushed", cp)
-		}
+		// The receive posted before the attempt was on the device; once
+		// Close returns, the device is done with it and whatever it
+		// completed is there to poll (package dat flushes the rest).
 		l.Close()
-		if err := c.qp.Reset(); err != nil {
+		if err := c.qp.Close(); err != nil {
 			t.Fatal(err)
+		}
+		c.h.poll()
+		for _, cp := range c.h.got {
+			if cp.WRID != 1 || cp.Status != driver.StatusFlushed || cp.QPTag != c.tag || cp.Op != driver.OpRecv {
+				t.Errorf("completion after a failed connect: %+v, want receive 1 flushed", cp)
+			}
 		}
 	})
 }
@@ -258,39 +259,35 @@ func TestDisconnectAbortsConnect(t *testing.T) {
 			t.Fatalf("connect: %v, want ErrAborted", err)
 		}
 		l.Close()
-		if err := c.qp.Reset(); err != nil {
-			t.Fatal(err)
-		}
 	})
 }
 
-func TestResetReconnect(t *testing.T) {
+// TestReconnect connects twice with fresh QPs on the same CQs: the second
+// connection's completions carry the new QP's tag, and nothing of the
+// first one's shows up.
+func TestReconnect(t *testing.T) {
 	forEachDevice(t, func(t *testing.T, d testDev) {
 		c, s := newEnd(t, d), newEnd(t, d)
 		for round := 0; round < 2; round++ {
+			if round > 0 {
+				c.renew(t, defaultQPConfig(c.dpd))
+				s.renew(t, defaultQPConfig(s.dpd))
+			}
 			s.postRecv(t, uint64(round), 0, 16)
 			connectPair(t, c, s)
 			copy(c.buf, "ping")
-			c.postSend(t, driver.SendWR{Cookie: 7, Op: driver.OpSend, Flags: driver.SendSignaled, Local: []driver.SGE{c.sge(0, 4)}})
-			if cp := c.h.next(t); cp.Status != driver.StatusSuccess {
-				t.Fatalf("round %d: send: %+v", round, cp)
+			c.postSend(t, driver.SendWR{ID: 7, Op: driver.OpSend, Flags: driver.SendSignaled, Local: []driver.SGE{c.sge(0, 4)}})
+			if cp := c.h.next(t); cp.Status != driver.StatusSuccess || cp.WRID != 7 || cp.QPTag != c.tag {
+				t.Fatalf("round %d: send: %+v (tag %d)", round, cp, c.tag)
 			}
-			if cp := s.h.next(t); cp.Status != driver.StatusSuccess || cp.Length != 4 || cp.Cookie != uint64(round) {
-				t.Fatalf("round %d: recv: %+v", round, cp)
+			if cp := s.h.next(t); cp.Status != driver.StatusSuccess || cp.Length != 4 || cp.WRID != uint64(round) || cp.QPTag != s.tag {
+				t.Fatalf("round %d: recv: %+v (tag %d)", round, cp, s.tag)
 			}
 			if err := c.qp.Disconnect(true); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.h.disconnected(t); err != nil {
-				t.Fatalf("round %d: server Disconnected(%v), want nil", round, err)
-			}
-			for _, e := range []*end{c, s} {
-				if err := e.qp.Reset(); err != nil {
-					t.Fatal(err)
-				}
-				if l, r := e.qp.Addrs(); l != nil || r != nil {
-					t.Errorf("Addrs after Reset: %v %v", l, r)
-				}
+				t.Fatalf("round %d: server OnDisconnect(%v), want nil", round, err)
 			}
 			c.h.none(t)
 			s.h.none(t)

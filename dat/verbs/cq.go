@@ -8,195 +8,431 @@ package verbs
 import "C"
 
 import (
+	"errors"
 	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
 )
 
-// fetchCQ takes every queued completion event off the IA's completion
-// channel (the completion loop's fetch step). Each is acked inside the
-// shim, so ibv_destroy_cq never waits for this loop.
-func (ia *IA) fetchCQ() bool {
-	for {
-		var key C.uintptr_t
-		if rc := C.shim_next_cq_event(ia.comp, &key); rc != 0 {
-			if e := syscall.Errno(-rc); e != syscall.EAGAIN && e != syscall.EINTR {
-				ia.logf("ibv_get_cq_event: %v", e)
+// CQ is an ibv_cq with a completion channel of its own. It implements
+// driver.CQ.
+//
+// Package dat's waiter polls it and sleeps in Wait, in Go's netpoller on
+// the channel's fd: no goroutine of the provider stands between the device
+// and the waiter. The provider polls it too, while it drains a QP that is
+// going away or waits for a window bind (nobody else may be polling
+// then); what it takes that is package dat's goes to the stash, which
+// Poll hands out before anything still in the device's queue, so order is
+// kept.
+type CQ struct {
+	ia   *IA
+	key  uintptr // orders CQ locks (lockCQs)
+	comp *C.struct_ibv_comp_channel
+	f    *os.File // non-blocking duplicate of comp's fd, for the netpoller
+	rc   syscall.RawConn
+
+	// interrupted is set by Interrupt and consumed by Wait.
+	interrupted atomic.Bool
+
+	// mu serialises everything that touches the ibv_cq or the stash:
+	// polls, arming, resizing, attaching and detaching QPs, destroying.
+	mu     sync.Mutex
+	cq     *C.struct_ibv_cq
+	closed bool
+	cqe    int // entries the ibv_cq holds
+	need   int // entries the attached work queues can fill
+	// qps maps the qp_num of each attached verbs QP to its QP: a work
+	// completion names its QP only by number.
+	qps   map[uint32]*QP
+	stash []driver.Completion // polled for dat, not yet returned
+	wcs   [C.SHIM_POLL_BATCH]C.struct_shim_wc
+	// private marks a CQ the provider made for a QP with no CQ for
+	// either queue; it is closed with the QP.
+	private bool
+}
+
+var _ driver.CQ = (*CQ)(nil)
+
+// minCQE is the smallest ibv_cq made. Devices that cannot resize a CQ
+// (siw) get fixedCQE entries, so that QPs attached later fit (a CQ must
+// never overflow; see attach).
+const (
+	minCQE   = 64
+	fixedCQE = 4096
+)
+
+// CreateCQ creates a CQ of at least cfg.Size entries on its own
+// completion channel.
+func (ia *IA) CreateCQ(cfg driver.CQConfig) (driver.CQ, error) {
+	if err := ia.live(); err != nil {
+		return nil, err
+	}
+	if cfg.Size < 0 || cfg.Size > ia.lim.maxCQE {
+		return nil, fmt.Errorf("verbs: create CQ: %d entries exceed the device's %d: %w", cfg.Size, ia.lim.maxCQE, driver.ErrResources)
+	}
+	c, err := ia.newCQ(cfg.Size)
+	if err != nil {
+		return nil, err
+	}
+	if !ia.cqs.Add(c) {
+		c.Close()
+		return nil, errIAClosed
+	}
+	return c, nil
+}
+
+func (ia *IA) newCQ(size int) (_ *CQ, err error) {
+	size = max(size, minCQE)
+	if !ia.lim.cqResizable {
+		size = max(size, min(fixedCQE, ia.lim.maxCQE))
+	}
+	size = min(size, ia.lim.maxCQE)
+	c := &CQ{ia: ia, key: newKey(), qps: make(map[uint32]*QP)}
+	comp, cerr := C.ibv_create_comp_channel(ia.ctx)
+	if comp == nil {
+		return nil, fmt.Errorf("verbs: ibv_create_comp_channel: %v: %w", cerr, driver.ErrResources)
+	}
+	c.comp = comp
+	defer func() {
+		if err != nil {
+			c.destroy()
+		}
+	}()
+	fd := int(comp.fd)
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		return nil, fmt.Errorf("verbs: completion channel: set non-blocking: %w", err)
+	}
+	dup, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
+	if e != 0 {
+		return nil, fmt.Errorf("verbs: completion channel: dup: %w", e)
+	}
+	c.f = os.NewFile(dup, "completions "+ia.ip.String())
+	if c.rc, err = c.f.SyscallConn(); err != nil {
+		return nil, fmt.Errorf("verbs: completion channel: %w", err)
+	}
+	cq, cerr := C.shim_create_cq(ia.ctx, C.int(size), comp)
+	if cq == nil {
+		return nil, fmt.Errorf("verbs: ibv_create_cq(%d): %v: %w", size, cerr, driver.ErrResources)
+	}
+	c.cq = cq
+	c.cqe = int(C.shim_cq_size(cq))
+	return c, nil
+}
+
+// destroy frees the C objects. The file goes first: its Close waits for
+// a Wait inside RawConn.Read to leave, so nothing uses the channel after.
+func (c *CQ) destroy() {
+	if c.f != nil {
+		c.f.Close()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cq != nil {
+		if rc := C.shim_ret(C.ibv_destroy_cq(c.cq)); rc != 0 {
+			c.ia.logf("ibv_destroy_cq: %v", errnoOf(rc))
+		}
+		c.cq = nil
+	}
+	if c.comp != nil {
+		C.ibv_destroy_comp_channel(c.comp)
+		c.comp = nil
+	}
+}
+
+// Close destroys the CQ; a Wait in progress returns net.ErrClosed.
+// Package dat closes it only once no QP uses it.
+func (c *CQ) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	n := len(c.qps)
+	c.mu.Unlock()
+	if n > 0 {
+		c.ia.logf("closing a CQ %d QPs still use", n)
+	}
+	c.destroy()
+	c.ia.cqs.Remove(c)
+	return nil
+}
+
+// attach reserves room for a verbs QP's work queues (entries: the most
+// completions they can have outstanding at once) and names the QP's
+// number. The ibv_cq grows if needed (ibv_resize_cq); a device that cannot
+// resize was given fixedCQE entries up front, and a QP beyond them is
+// refused: a CQ that overflows loses completions and breaks every QP on
+// it.
+func (c *CQ) attach(entries int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("verbs: CQ closed: %w", net.ErrClosed)
+	}
+	need := c.need + entries
+	if need > c.cqe {
+		want := min(max(need, 2*c.cqe), c.ia.lim.maxCQE)
+		if need > want {
+			return fmt.Errorf("verbs: %d completions outstanding exceed the device's CQ size %d: %w", need, c.ia.lim.maxCQE, driver.ErrResources)
+		}
+		if rc := C.shim_resize_cq(c.cq, C.int(want)); rc != 0 {
+			return fmt.Errorf("verbs: ibv_resize_cq(%d) for %d completions outstanding: %v: %w", want, need, errnoOf(rc), driver.ErrResources)
+		}
+		c.cqe = int(C.shim_cq_size(c.cq))
+	}
+	c.need = need
+	return nil
+}
+
+// detach gives back what attach reserved.
+func (c *CQ) detach(entries int) {
+	c.mu.Lock()
+	c.need -= entries
+	c.mu.Unlock()
+}
+
+// Poll moves up to len(dst) completions into dst: the stash first, then
+// the device's queue.
+func (c *CQ) Poll(dst []driver.Completion) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := copy(dst, c.stash)
+	if n > 0 {
+		k := copy(c.stash, c.stash[n:])
+		clear(c.stash[k:])
+		c.stash = c.stash[:k]
+	}
+	if n < len(dst) && c.cq != nil {
+		n += c.pollLocked(dst[n:])
+	}
+	return n
+}
+
+// pollLocked polls the device into dst, mapping each work completion and
+// leaving out the provider's own. Callers hold mu.
+func (c *CQ) pollLocked(dst []driver.Completion) int {
+	n := 0
+	for n < len(dst) {
+		got := int(C.shim_poll(c.cq, &c.wcs[0], C.int(min(len(dst)-n, len(c.wcs)))))
+		if got <= 0 {
+			if got < 0 {
+				c.ia.logf("ibv_poll_cq: %v", syscall.Errno(-got))
 			}
-			return len(ia.cqBatch) > 0
-		}
-		ia.cqBatch = append(ia.cqBatch, uintptr(key))
-	}
-}
-
-// dispatchCQ polls the CQ of every QP that had an event.
-func (ia *IA) dispatchCQ() {
-	batch := ia.cqBatch
-	ia.cqBatch = ia.cqBatch[:0]
-	for i, k := range batch {
-		if i > 0 && k == batch[i-1] {
-			continue // one poll drains the CQ
-		}
-		if q, ok := lookup(k).(*QP); ok {
-			q.cqEvent()
-		}
-	}
-}
-
-// cqEvent re-arms the QP's CQ and drains it. Arming before draining means
-// a completion that arrives after the last poll raises a new event.
-func (q *QP) cqEvent() {
-	q.cqMu.Lock()
-	defer q.cqMu.Unlock()
-	if q.cq == nil {
-		return // destroyed after the event was taken
-	}
-	C.shim_arm_cq(q.cq)
-	q.pollLocked()
-}
-
-// pollLocked drains the CQ. Callers hold cqMu and not mu.
-func (q *QP) pollLocked() {
-	for {
-		n := int(C.shim_poll(q.cq, &q.wcs[0], C.int(len(q.wcs))))
-		if n <= 0 {
-			if n < 0 {
-				q.ia.logf("ibv_poll_cq: %v", syscall.Errno(-n))
-			}
-			return
-		}
-		q.mu.Lock()
-		for i := 0; i < n; i++ {
-			q.completeLocked(&q.wcs[i])
-			q.replayEarlyLocked()
-		}
-		if q.progress != nil {
-			close(q.progress)
-			q.progress = nil
-		}
-		q.mu.Unlock()
-		if n < len(q.wcs) {
-			return
-		}
-	}
-}
-
-// completeLocked turns one work completion into a driver.Completion for
-// the entry it pairs with. Callers hold mu.
-func (q *QP) completeLocked(wc *C.struct_shim_wc) {
-	wrid := uint64(wc.wr_id)
-	st := wcStatus(wc.status)
-	var c driver.Completion
-	switch wrid >> wrKindShift {
-	case wrKindSRQ:
-		s, _ := q.cfg.SRQ.(*SRQ)
-		if s == nil {
-			return
-		}
-		cookie, ok := s.take(wrid)
-		if !ok {
-			q.ia.logf("completion for unknown SRQ receive %#x", wrid)
-			return
-		}
-		c = driver.Completion{Cookie: cookie, Op: driver.OpRecv, Status: st, Signaled: true}
-		if st == driver.StatusSuccess {
-			c.Length = uint32(wc.byte_len)
-			c.Solicited = true // verbs does not report SE; see doc.go
-		}
-		q.events.completion(c)
-	case wrKindSend, wrKindRecv:
-		w := &q.sq
-		if wrid>>wrKindShift == wrKindRecv {
-			w = &q.rq
-		}
-		e := w.front()
-		if e == nil || e.state != wrPosted || e.seq != wrid&wrSeqMask {
-			// siw completes a Send or Write ahead of an earlier Read: it
-			// is paired when its turn comes (reorder.go). Never pair a
-			// completion with the wrong cookie.
-			if !q.holdEarlyLocked(w, wc) {
-				q.ia.logf("completion %#x for no posted request", wrid)
-			}
-			return
-		}
-		ent := w.pop()
-		if ent.bind != nil {
-			// A window bind's completion (IBV_WC_BIND_MW, or its
-			// error): the provider's, not a DTO's. Popping it in turn
-			// keeps the requests around it paired.
-			ent.bind.finish(uint32(wc.status))
-			q.releaseFlushedLocked(w)
 			break
 		}
-		c = driver.Completion{Cookie: ent.cookie, Op: ent.op, Status: st, Signaled: ent.signaled || st != driver.StatusSuccess}
-		if st == driver.StatusSuccess {
-			c.Length = ent.length
-			if ent.op == driver.OpRecv {
-				c.Length = uint32(wc.byte_len)
-				c.Solicited = true // verbs does not report SE; see doc.go
+		for i := 0; i < got; i++ {
+			w := &c.wcs[i]
+			if comp, ok := c.mapLocked(wcRec{wrID: uint64(w.wr_id), status: uint32(w.status), opcode: uint32(w.opcode),
+				byteLen: uint32(w.byte_len), qpNum: uint32(w.qp_num)}); ok {
+				dst[n] = comp
+				n++
 			}
 		}
-		q.events.completion(c)
-		q.releaseFlushedLocked(w)
-	default:
-		q.ia.logf("completion with foreign wr_id %#x", wrid)
-		return
-	}
-	if st != driver.StatusSuccess && st != driver.StatusFlushed && q.state == qpConnected {
-		// An RC QP is in the error state after a failed work request: the
-		// connection is broken (DAT BROKEN), and the peer should know.
-		q.lostLocked(fmt.Errorf("verbs: connection broken: work request failed: %s",
-			C.GoString(C.ibv_wc_status_str(C.enum_ibv_wc_status(wc.status)))))
-	}
-}
-
-// releaseFlushedLocked completes the flush entries that were waiting for
-// the device's completions ahead of them.
-func (q *QP) releaseFlushedLocked(w *wrQueue) {
-	for e := w.front(); e != nil && e.state == wrFlush; e = w.front() {
-		q.deliverFlushed(w.pop())
-	}
-}
-
-// flushLocked completes e as flushed in post order: at once if nothing
-// is ahead of it, else after the entries ahead complete.
-func (q *QP) flushLocked(w *wrQueue, e wrEntry) {
-	if w.len() == 0 {
-		q.deliverFlushed(e)
-		return
-	}
-	e.state = wrFlush
-	e.sges = nil
-	w.push(e)
-}
-
-// flushAllLocked completes every remaining entry of both queues as
-// flushed, oldest first. Called once the device can produce no more
-// completions (no verbs QP) or never got the entries (pending receives).
-func (q *QP) flushAllLocked() {
-	for _, w := range []*wrQueue{&q.sq, &q.rq} {
-		for w.len() > 0 {
-			// A request the device completed early keeps its status.
-			if !q.replayEarlyLocked() {
-				q.deliverFlushed(w.pop())
-			}
+		if got < len(c.wcs) && n < len(dst) {
+			break // the queue is empty
 		}
 	}
-	q.early = nil
+	return n
 }
 
-func (q *QP) deliverFlushed(e wrEntry) {
-	if e.bind != nil {
-		e.bind.finish(C.IBV_WC_WR_FLUSH_ERR)
-		return
+// stashLocked polls everything the device holds into the stash, for the
+// provider's own waits (drain, bind). It reports whether package dat got
+// anything new. Callers hold mu.
+func (c *CQ) stashLocked() bool {
+	if c.cq == nil {
+		return false
 	}
-	q.events.completion(driver.Completion{Cookie: e.cookie, Op: e.op, Status: driver.StatusFlushed, Signaled: true})
+	var buf [C.SHIM_POLL_BATCH]driver.Completion
+	added := false
+	for {
+		n := c.pollLocked(buf[:])
+		c.stash = append(c.stash, buf[:n]...)
+		added = added || n > 0
+		if n < len(buf) {
+			return added
+		}
+	}
+}
+
+// collect polls the device into the stash and, if that gave package dat
+// anything, wakes its waiter: the completion event that would have told
+// it may have been consumed already.
+func (c *CQ) collect() {
+	c.mu.Lock()
+	added := c.stashLocked()
+	c.mu.Unlock()
+	if added {
+		c.Interrupt()
+	}
+}
+
+// Wait blocks until a completion is queued, Interrupt is called, the
+// deadline passes or the CQ is closed. It arms the CQ, then polls once
+// more into the stash: a completion that arrived between dat's last poll
+// and the arming raises no event, and would otherwise be slept through.
+// Then it sleeps in the netpoller until the channel has an event (taken
+// and acked at once) or the file's read deadline, which Interrupt moves to
+// now, passes.
+func (c *CQ) Wait(deadline time.Time) error {
+	if c.interrupted.Swap(false) {
+		return nil
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return fmt.Errorf("verbs: CQ wait: %w", net.ErrClosed)
+	}
+	if len(c.stash) > 0 {
+		c.mu.Unlock()
+		return nil
+	}
+	if rc := C.shim_arm_cq(c.cq); rc != 0 {
+		c.ia.logf("ibv_req_notify_cq: %v", errnoOf(rc))
+	}
+	c.stashLocked()
+	ready := len(c.stash) > 0
+	c.mu.Unlock()
+	if ready {
+		return nil
+	}
+	if err := c.f.SetReadDeadline(deadline); err != nil {
+		return fmt.Errorf("verbs: CQ wait: %w", net.ErrClosed)
+	}
+	// Interrupt sets the flag before the deadline: seen here, or its
+	// deadline (set after ours) ends the Read.
+	if c.interrupted.Swap(false) {
+		return nil
+	}
+	err := c.rc.Read(func(uintptr) bool {
+		// false: nothing queued yet, let the netpoller wait.
+		return C.shim_take_cq_events(c.comp) > 0
+	})
+	c.interrupted.Store(false)
+	switch {
+	case err == nil, errors.Is(err, os.ErrDeadlineExceeded):
+		return nil
+	case errors.Is(err, os.ErrClosed):
+		return fmt.Errorf("verbs: CQ wait: %w", net.ErrClosed)
+	}
+	return fmt.Errorf("verbs: CQ wait: %w", err)
+}
+
+// Interrupt makes the current or next Wait return.
+func (c *CQ) Interrupt() {
+	c.interrupted.Store(true)
+	c.f.SetReadDeadline(time.Unix(1, 0)) // in the past: the Read ends now
+}
+
+// Work completion opcodes and statuses the mapping needs (ibv_wc_opcode,
+// ibv_wc_status).
+const (
+	wcOpSend      = C.IBV_WC_SEND
+	wcOpRDMAWrite = C.IBV_WC_RDMA_WRITE
+	wcOpRDMARead  = C.IBV_WC_RDMA_READ
+	wcOpBindMW    = C.IBV_WC_BIND_MW
+	wcOpRecv      = C.IBV_WC_RECV
+	wcSuccess     = C.IBV_WC_SUCCESS
+	wcFlushErr    = C.IBV_WC_WR_FLUSH_ERR
+	wcRemAccess   = C.IBV_WC_REM_ACCESS_ERR
+	wcMWBindErr   = C.IBV_WC_MW_BIND_ERR
+)
+
+// wcRec is one work completion in Go types.
+type wcRec struct {
+	wrID                           uint64
+	status, opcode, byteLen, qpNum uint32
+}
+
+// mapLocked turns a work completion into package dat's Completion, or
+// consumes it (a provider request's, or one of a QP no longer attached).
+// A failed request (not a flush) on an established connection means the
+// device moved the QP to the error state: the connection is reported
+// broken, from a goroutine of its own (never from inside Poll). Callers
+// hold mu.
+func (c *CQ) mapLocked(w wcRec) (driver.Completion, bool) {
+	q := c.qps[w.qpNum]
+	if q == nil {
+		c.ia.logf("completion %#x for QP %d, which is not on this CQ", w.wrID, w.qpNum)
+		return driver.Completion{}, false
+	}
+	comp, ok := q.mapWC(w)
+	if w.status != wcSuccess && w.status != wcFlushErr {
+		go q.lost(fmt.Errorf("verbs: connection broken: work request failed: %s", wcStatusString(w.status)))
+	}
+	return comp, ok
+}
+
+// mapWC maps one of q's work completions (see wrid.go for the wr_id).
+func (q *QP) mapWC(w wcRec) (driver.Completion, bool) {
+	id := w.wrID
+	recv := id&wrRecvBit != 0
+	if id&wrHandle != 0 {
+		idx := id & wrIdxMask
+		var ok bool
+		switch wrKind(id) {
+		case wrEscSend:
+			id, ok = q.esc.take(idx)
+		case wrEscRecv:
+			id, ok = q.esc.take(idx)
+			recv = true
+		case wrEscSRQ:
+			if q.srq != nil {
+				id, ok = q.srq.esc.take(idx)
+			}
+			recv = true
+		case wrMarkSend:
+			q.marked[0].Store(true)
+			q.sendDone.Add(1)
+			return driver.Completion{}, false
+		case wrMarkRecv:
+			q.marked[1].Store(true)
+			return driver.Completion{}, false
+		case wrBind:
+			q.sendDone.Add(1)
+			q.bindDone(idx, w.status)
+			return driver.Completion{}, false
+		}
+		if !ok {
+			return driver.Completion{}, false
+		}
+	} else {
+		id &= wrIDMask
+	}
+	comp := driver.Completion{WRID: id, QPTag: q.tag, Status: wcStatus(w.status)}
+	if recv {
+		comp.Op = driver.OpRecv
+		if q.srq != nil {
+			q.srq.posted.Add(-1)
+		}
+	} else {
+		q.sendDone.Add(1)
+		comp.Op = driver.OpSend // the device names no opcode on errors; package dat knows it
+	}
+	if w.status == wcSuccess {
+		comp.Length = w.byteLen
+		switch w.opcode {
+		case wcOpRDMAWrite:
+			comp.Op = driver.OpRDMAWrite
+		case wcOpRDMARead:
+			comp.Op = driver.OpRDMARead
+		}
+		if recv {
+			comp.Solicited = true // verbs does not report SE; see doc.go
+		}
+	}
+	return comp, true
 }
 
 // wcStatus maps ibv_wc_status to DAT DTO completion statuses
 // (spec rdma-cm-mapping.md §9, after DAPL's openib_common/cq.c).
-func wcStatus(s C.uint32_t) driver.Status {
+func wcStatus(s uint32) driver.Status {
 	switch s {
 	case C.IBV_WC_SUCCESS:
 		return driver.StatusSuccess
@@ -207,9 +443,6 @@ func wcStatus(s C.uint32_t) driver.Status {
 	case C.IBV_WC_LOC_QP_OP_ERR:
 		return driver.StatusLocalEP
 	case C.IBV_WC_LOC_PROT_ERR, C.IBV_WC_LOC_ACCESS_ERR, C.IBV_WC_LOC_RDD_VIOL_ERR, C.IBV_WC_MW_BIND_ERR:
-		// MW_BIND_ERR belongs to a window bind, whose completion never
-		// becomes a driver.Completion (bind.go maps it); here only for
-		// completeness.
 		return driver.StatusLocalProtection
 	case C.IBV_WC_BAD_RESP_ERR:
 		return driver.StatusBadResponse
@@ -223,4 +456,8 @@ func wcStatus(s C.uint32_t) driver.Status {
 	// LOC_EEC_OP_ERR, RETRY_EXC_ERR, INV_EECN_ERR, INV_EEC_STATE_ERR,
 	// FATAL_ERR, GENERAL_ERR and anything newer.
 	return driver.StatusTransport
+}
+
+func wcStatusString(status uint32) string {
+	return C.GoString(C.ibv_wc_status_str(C.enum_ibv_wc_status(status)))
 }

@@ -21,60 +21,67 @@ const (
 	closeWaitTimeout     = 2 * time.Second
 )
 
-// Disconnect tears the connection down, or aborts an establishment in
-// progress; the handler gets no Disconnected call for it.
+// Disconnect ends the connection, or aborts an establishment in progress,
+// and returns once the QP is quiescent; OnDisconnect is not called for it.
 //
-// Abrupt: the QP moves to the error state at once, so everything posted
-// flushes, then rdma_disconnect tells the peer. Graceful: the device first
-// completes the posted send-side work, then rdma_disconnect (an IB DREQ,
-// or an orderly TCP close on iWARP) and the QP moves to the error state
-// once the CM reports the connection closed, flushing the receives. Both
-// return when the device has completed everything posted (bounded by
-// drainTimeout). Disconnecting a disconnected QP is a no-op, except that
-// an abrupt call cuts a graceful one still in progress short.
+// Abrupt: rdma_disconnect tells the peer and the QP is quiesced (moved to
+// the error state and drained, see quiesce). Graceful: first the device
+// completes the send-side work posted (bounded by gracefulDrainTimeout),
+// then rdma_disconnect (an IB DREQ, or an orderly TCP close on iWARP), and
+// once the CM reports the connection closed (bounded by closeWaitTimeout)
+// the QP is quiesced. Disconnecting a QP whose connection is over waits
+// for its quiescence, and an abrupt call cuts a graceful one still in
+// progress short. A QP that never connected is marked disconnected: its
+// pending receives are dropped, for package dat to flush.
 func (q *QP) Disconnect(graceful bool) error {
 	q.mu.Lock()
 	switch q.state {
+	case qpIdle:
+		q.state = qpDead
+		q.pending = nil
+		q.mu.Unlock()
+		return nil
 	case qpConnecting:
-		a := q.attempt
+		a, c := q.attempt, q.conn
 		a.cancel()
-		q.state = qpDisconnected
+		q.state = qpDead
 		q.mu.Unlock()
 		<-a.done
+		if c != nil {
+			q.quiesce(c)
+		}
 		return nil
 	case qpConnected:
 		c := q.conn
-		q.state = qpDisconnected
+		q.state = qpDead
 		q.ops.Add(1)
 		q.mu.Unlock()
 		defer q.ops.Done()
 		q.disconnect(c, graceful)
 		return nil
-	case qpDisconnected:
+	case qpDead:
 		c := q.conn
 		q.mu.Unlock()
-		if c != nil && !graceful {
-			c.hurryUp()
+		if c != nil {
+			if !graceful {
+				c.hurryUp()
+			}
+			<-c.quiesced
 		}
 		return nil
-	case qpClosed:
-		q.mu.Unlock()
-		return fmt.Errorf("verbs: disconnect: %w", net.ErrClosed)
 	}
-	s := q.state
 	q.mu.Unlock()
-	return errInvalidState("disconnect", s)
+	return fmt.Errorf("verbs: disconnect: %w", net.ErrClosed)
 }
 
 func (q *QP) disconnect(c *conn, graceful bool) {
 	if !graceful {
 		c.hurryUp()
-		C.shim_qp_to_error(c.qp)
 		C.shim_disconnect(c.id)
-		q.waitIdle(true, drainTimeout, nil)
+		q.quiesce(c)
 		return
 	}
-	q.waitIdle(false, gracefulDrainTimeout, c.hurry)
+	q.waitSendIdle(c, gracefulDrainTimeout)
 	C.shim_disconnect(c.id)
 	t := time.NewTimer(closeWaitTimeout)
 	select {
@@ -83,6 +90,26 @@ func (q *QP) disconnect(c *conn, graceful bool) {
 	case <-t.C:
 	}
 	t.Stop()
-	C.shim_qp_to_error(c.qp)
-	q.waitIdle(true, drainTimeout, nil)
+	q.quiesce(c)
+}
+
+// waitSendIdle polls the send CQ until every send-side request posted has
+// completed, or timeout passes, or the disconnect is hurried. It polls
+// into the CQ's stash rather than waiting for completion events, which
+// belong to package dat's waiter.
+func (q *QP) waitSendIdle(c *conn, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for pause := 20 * time.Microsecond; ; pause = min(2*pause, 5*time.Millisecond) {
+		if c.scq != nil {
+			c.scq.collect()
+		}
+		if q.sendDone.Load() >= q.sendPosted.Load() || time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-c.hurry:
+			return
+		case <-time.After(pause):
+		}
+	}
 }

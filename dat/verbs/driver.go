@@ -12,11 +12,15 @@ import (
 	"github.com/rdmanet/rdmanet/dat/internal/provkit"
 )
 
-// Driver is the verbs provider. Its zero value is ready to use; package dat
-// registers it as "verbs" in binaries built with -tags verbs.
+// Driver is the verbs provider. Its zero value is ready to use. The
+// package registers it as "verbs" when imported, so a program built with
+// -tags verbs gets the provider by importing it (for the side effect if
+// it uses nothing else of it).
 type Driver struct{}
 
 var _ driver.Driver = Driver{}
+
+func init() { driver.Register("verbs", Driver{}) }
 
 // Open opens an IA on the RDMA device that owns a local address. args[0]
 // is an IP literal or a network interface name (its first IPv4 address,
@@ -39,7 +43,14 @@ func (Driver) Open(ctx context.Context, args []string) (driver.IA, error) {
 	if err != nil {
 		return nil, err
 	}
-	return openIA(ip)
+	ia, err := openIA(ip)
+	if err != nil {
+		return nil, err
+	}
+	if ia.attr.MaxSRQWR > 0 {
+		return srqIA{ia}, nil
+	}
+	return ia, nil
 }
 
 // resolveIAAddr turns an IP literal or interface name into the IA address.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,28 +53,49 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// recorder is a QPHandler that queues what it is told.
+// recorder takes a QP's completions by polling its CQ, as package dat's
+// waiter does, and its OnDisconnect calls.
 type recorder struct {
-	comps chan driver.Completion
-	disc  chan error
+	cq   *CQ
+	got  []driver.Completion // polled, not yet taken
+	disc chan error
 }
 
-func newRecorder() *recorder {
-	return &recorder{comps: make(chan driver.Completion, 4096), disc: make(chan error, 16)}
+func newRecorder(cq *CQ) *recorder { return &recorder{cq: cq, disc: make(chan error, 16)} }
+
+func (r *recorder) onDisconnect(err error) { r.disc <- err }
+
+// poll moves what the CQ holds now into got.
+func (r *recorder) poll() {
+	var buf [8]driver.Completion // small, so that Poll is asked for less than it holds
+	for {
+		n := r.cq.Poll(buf[:])
+		r.got = append(r.got, buf[:n]...)
+		if n < len(buf) {
+			return
+		}
+	}
 }
 
-func (r *recorder) Completion(c driver.Completion) { r.comps <- c }
-func (r *recorder) Disconnected(err error)         { r.disc <- err }
-
+// next returns the next completion, waiting in CQ.Wait for it.
 func (r *recorder) next(t *testing.T) driver.Completion {
 	t.Helper()
-	select {
-	case c := <-r.comps:
-		return c
-	case <-time.After(waitTimeout):
-		t.Fatal("no completion")
+	deadline := time.Now().Add(waitTimeout)
+	for len(r.got) == 0 {
+		r.poll()
+		if len(r.got) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no completion")
+		}
+		if err := r.cq.Wait(deadline); err != nil {
+			t.Fatalf("CQ wait: %v", err)
+		}
 	}
-	return driver.Completion{}
+	c := r.got[0]
+	r.got = r.got[1:]
+	return c
 }
 
 func (r *recorder) disconnected(t *testing.T) error {
@@ -82,19 +104,31 @@ func (r *recorder) disconnected(t *testing.T) error {
 	case err := <-r.disc:
 		return err
 	case <-time.After(waitTimeout):
-		t.Fatal("no Disconnected call")
+		t.Fatal("no OnDisconnect call")
 	}
 	return nil
 }
 
-// none checks that no completion is queued.
+// none checks that no completion can be polled.
 func (r *recorder) none(t *testing.T) {
 	t.Helper()
-	select {
-	case c := <-r.comps:
-		t.Fatalf("unexpected completion %+v", c)
-	default:
+	r.poll()
+	if len(r.got) > 0 {
+		t.Fatalf("unexpected completions %+v", r.got)
 	}
+}
+
+// iaOf unwraps an IA of this package.
+func iaOf(t *testing.T, x driver.IA) *IA {
+	t.Helper()
+	switch ia := x.(type) {
+	case *IA:
+		return ia
+	case srqIA:
+		return ia.IA
+	}
+	t.Fatalf("IA of type %T", x)
+	return nil
 }
 
 func openTestIA(t *testing.T, d testDev) *IA {
@@ -104,18 +138,22 @@ func openTestIA(t *testing.T, d testDev) *IA {
 		t.Fatalf("open %s: %v", d.addr, err)
 	}
 	t.Cleanup(func() { ia.Close() })
-	return ia.(*IA)
+	return iaOf(t, ia)
 }
 
-// end is one side of a test connection: an IA, a PD, a registered buffer
-// and a QP.
+// end is one side of a test connection: an IA, a PD, a registered buffer,
+// a CQ for both queues and a QP.
 type end struct {
 	ia  *IA
 	pd  *PD
+	dpd driver.PD // as AllocPD returned it
 	buf []byte
 	mr  driver.MR
+	cq  *CQ
 	qp  *QP
+	dqp driver.QP // as CreateQP returned it
 	h   *recorder
+	tag uint32
 }
 
 const bufSize = 64 << 10
@@ -127,30 +165,55 @@ func defaultQPConfig(pd driver.PD) driver.QPConfig {
 	}
 }
 
+var nextTag atomic.Uint32
+
 func newEnd(t *testing.T, d testDev) *end {
 	t.Helper()
-	e := &end{ia: openTestIA(t, d), h: newRecorder()}
+	e := &end{ia: openTestIA(t, d)}
 	pd, err := e.ia.AllocPD()
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.pd = pd.(*PD)
+	e.dpd = pd
+	e.pd, _ = pdOf(pd)
 	e.buf = make([]byte, bufSize)
 	e.mr, err = e.pd.Register(e.buf, driver.AccessLocalWrite|driver.AccessRemoteWrite|driver.AccessRemoteRead)
 	if err != nil {
 		t.Fatal(err)
 	}
-	qp, err := e.ia.CreateQP(defaultQPConfig(e.pd), e.h)
+	cq, err := e.ia.CreateCQ(driver.CQConfig{Size: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.qp = qp.(*QP)
+	e.cq = cq.(*CQ)
+	e.h = newRecorder(e.cq)
+	e.renew(t, defaultQPConfig(e.dpd))
 	t.Cleanup(func() {
 		e.qp.Close()
+		e.cq.Close()
 		e.mr.Close()
 		e.pd.Close()
 	})
 	return e
+}
+
+// renew replaces the end's QP by a fresh one on the same CQ (a QP
+// connects once).
+func (e *end) renew(t *testing.T, cfg driver.QPConfig) {
+	t.Helper()
+	if e.qp != nil {
+		if err := e.qp.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.tag = nextTag.Add(1)
+	cfg.SendCQ, cfg.RecvCQ, cfg.Tag, cfg.OnDisconnect = e.cq, e.cq, e.tag, e.h.onDisconnect
+	qp, err := e.ia.CreateQP(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.dqp = qp
+	e.qp, _ = qpOf(qp)
 }
 
 // sge names n bytes at offset off of the end's buffer.
@@ -158,9 +221,9 @@ func (e *end) sge(off, n int) driver.SGE {
 	return driver.SGE{Addr: e.mr.Addr() + uint64(off), Length: uint32(n), LKey: e.mr.LKey()}
 }
 
-func (e *end) postRecv(t *testing.T, cookie uint64, off, n int) {
+func (e *end) postRecv(t *testing.T, id uint64, off, n int) {
 	t.Helper()
-	if err := e.qp.PostRecv(driver.RecvWR{Cookie: cookie, Local: []driver.SGE{e.sge(off, n)}}); err != nil {
+	if err := e.qp.PostRecv(driver.RecvWR{ID: id, Local: []driver.SGE{e.sge(off, n)}}); err != nil {
 		t.Fatalf("post recv: %v", err)
 	}
 }
@@ -185,6 +248,7 @@ func listenOn(t *testing.T, ia *IA, cfg driver.ListenConfig) *Listener {
 // accepted is what the passive side saw.
 type accepted struct {
 	req driver.Request
+	res driver.ConnectResult
 	err error
 }
 
@@ -200,7 +264,8 @@ func serve(t *testing.T, l *Listener, s *end, pdata []byte) <-chan accepted {
 			ch <- accepted{err: err}
 			return
 		}
-		ch <- accepted{req: req, err: req.Accept(ctx, s.qp, pdata)}
+		res, err := req.Accept(ctx, s.dqp, pdata)
+		ch <- accepted{req: req, res: res, err: err}
 	}()
 	return ch
 }

@@ -19,16 +19,17 @@ import (
 )
 
 // IA is an open interface adapter: one local address, the RDMA device
-// (ibv_context) that owns it, one rdma_cm event channel and one completion
-// channel, each driven by a goroutine in the netpoller. It implements
-// driver.IA.
+// (ibv_context) that owns it and one rdma_cm event channel, driven by a
+// goroutine in the netpoller. It implements driver.IA; a device with SRQs
+// gets an srqIA, which adds driver.SRQCreator. Completions take no
+// goroutine: each CQ has its own completion channel, waited on by
+// whoever waits for the CQ (cq.go).
 type IA struct {
 	ip     net.IP
 	key    uintptr // registry key of the bind id
 	ch     *C.struct_rdma_event_channel
 	bindID *C.struct_rdma_cm_id // keeps the device bound for the IA's life
 	ctx    *C.struct_ibv_context
-	comp   *C.struct_ibv_comp_channel
 	dev    *device
 	attr   driver.IAAttr
 	lim    devLimits
@@ -38,12 +39,14 @@ type IA struct {
 	cmBatch []cmEvent // owned by the CM loop
 	cmLoop  *fdLoop
 
-	cqBatch  []uintptr // owned by the completion loop
-	compLoop *fdLoop
+	// ids counts rdma_cm ids being destroyed in the background
+	// (QP.quiesce); the event channel outlives them.
+	ids sync.WaitGroup
 
 	mu        sync.Mutex
 	closed    bool
 	qps       provkit.Set[*QP]
+	cqs       provkit.Set[*CQ]
 	listeners provkit.Set[*Listener]
 }
 
@@ -78,18 +81,11 @@ func openIA(ip net.IP) (_ *IA, err error) {
 	if ia.attr, ia.lim, err = queryAttr(ia.ctx, uint8(ia.bindID.port_num)); err != nil {
 		return nil, fmt.Errorf("verbs: open %s: %w", ip, err)
 	}
-	comp, err := C.ibv_create_comp_channel(ia.ctx)
-	if comp == nil {
-		return nil, fmt.Errorf("verbs: open %s: ibv_create_comp_channel: %v: %w", ip, err, driver.ErrResources)
-	}
-	ia.comp = comp
+	ia.attr.LocalAddr = &net.TCPAddr{IP: ip}
 	if ia.dev, err = acquireDevice(ia.ctx); err != nil {
 		return nil, err
 	}
 	if ia.cmLoop, err = startFDLoop(int(ch.fd), "rdma_cm events "+ip.String(), ia.fetchCM, ia.dispatchCM); err != nil {
-		return nil, err
-	}
-	if ia.compLoop, err = startFDLoop(int(comp.fd), "completions "+ip.String(), ia.fetchCQ, ia.dispatchCQ); err != nil {
 		return nil, err
 	}
 	return ia, nil
@@ -98,10 +94,6 @@ func openIA(ip net.IP) (_ *IA, err error) {
 // release stops the loops and frees the C objects, in dependency order.
 func (ia *IA) release() {
 	ia.cmLoop.stop()
-	ia.compLoop.stop()
-	if ia.comp != nil {
-		C.ibv_destroy_comp_channel(ia.comp)
-	}
 	if ia.dev != nil {
 		ia.dev.release()
 	}
@@ -122,11 +114,9 @@ func (ia *IA) cmEvent(ev *cmEvent) {
 	}
 }
 
-// Attr reports the device's limits (see queryAttr).
+// Attr reports the device's limits (see queryAttr) and the IA's address,
+// a *net.TCPAddr with port 0.
 func (ia *IA) Attr() driver.IAAttr { return ia.attr }
-
-// LocalAddr is the IA's address, a *net.TCPAddr with port 0.
-func (ia *IA) LocalAddr() net.Addr { return &net.TCPAddr{IP: ia.ip} }
 
 // AllocPD allocates an ibv_pd.
 func (ia *IA) AllocPD() (driver.PD, error) {
@@ -137,23 +127,35 @@ func (ia *IA) AllocPD() (driver.PD, error) {
 	if pd == nil {
 		return nil, fmt.Errorf("verbs: ibv_alloc_pd: %v: %w", err, driver.ErrResources)
 	}
-	return &PD{ia: ia, pd: pd}, nil
+	p := &PD{ia: ia, pd: pd}
+	if ia.lim.windows {
+		return windowPD{p}, nil
+	}
+	return p, nil
 }
 
 // CreateQP creates an unconnected QP. The verbs QP itself is created when
 // a connection is made (Connect, Request.Accept), on that connection's
 // rdma_cm id; see doc.go.
-func (ia *IA) CreateQP(cfg driver.QPConfig, h driver.QPHandler) (driver.QP, error) {
+func (ia *IA) CreateQP(cfg driver.QPConfig) (driver.QP, error) {
 	if err := ia.checkQPConfig(cfg); err != nil {
 		return nil, err
+	}
+	for _, cq := range []driver.CQ{cfg.SendCQ, cfg.RecvCQ} {
+		if c, ok := cq.(*CQ); cq != nil && (!ok || c.ia != ia) {
+			return nil, fmt.Errorf("verbs: QP config: CQ %T does not belong to this IA: %w", cq, driver.ErrNotSupported)
+		}
 	}
 	ia.mu.Lock()
 	defer ia.mu.Unlock()
 	if ia.closed {
 		return nil, errIAClosed
 	}
-	q := newQP(ia, cfg, h)
+	q := newQP(ia, cfg)
 	ia.qps.Add(q) // cannot fail: Close takes ia.mu before closing the set
+	if ia.lim.windows {
+		return windowQP{q}, nil
+	}
 	return q, nil
 }
 
@@ -162,7 +164,7 @@ func (ia *IA) CreateQP(cfg driver.QPConfig, h driver.QPHandler) (driver.QP, erro
 func (ia *IA) checkQPConfig(cfg driver.QPConfig) error {
 	a := &ia.attr
 	if cfg.PD != nil {
-		if pd, ok := cfg.PD.(*PD); !ok || pd.ia != ia {
+		if pd, ok := pdOf(cfg.PD); !ok || pd.ia != ia {
 			return fmt.Errorf("verbs: QP config: PD %T does not belong to this IA: %w", cfg.PD, driver.ErrNotSupported)
 		}
 	}
@@ -178,29 +180,15 @@ func (ia *IA) checkQPConfig(cfg driver.QPConfig) error {
 		return fmt.Errorf("verbs: QP config: %d send / %d receive WRs exceed %d: %w", cfg.MaxSendWR, cfg.MaxRecvWR, a.MaxWRPerQP, driver.ErrResources)
 	case cfg.MaxSendSGE < 0 || cfg.MaxSendSGE > a.MaxSGE, cfg.MaxRecvSGE < 0 || cfg.MaxRecvSGE > a.MaxSGE:
 		return fmt.Errorf("verbs: QP config: SGE counts %d/%d exceed %d: %w", cfg.MaxSendSGE, cfg.MaxRecvSGE, a.MaxSGE, driver.ErrResources)
-	case cfg.MaxSendWR+cfg.MaxRecvWR+1 > ia.lim.maxCQE:
-		// One CQ takes both queues' completions; it must never overflow.
-		return fmt.Errorf("verbs: QP config: %d send + %d receive WRs exceed the device's CQ size %d: %w",
+	case cfg.MaxSendWR+extraSendWR > ia.lim.maxCQE, cfg.MaxRecvWR+extraRecvWR > ia.lim.maxCQE:
+		// A CQ must hold every completion its queues can have
+		// outstanding; CQ.attach checks the sum.
+		return fmt.Errorf("verbs: QP config: %d send / %d receive WRs exceed the device's CQ size %d: %w",
 			cfg.MaxSendWR, cfg.MaxRecvWR, ia.lim.maxCQE, driver.ErrResources)
 	case cfg.MaxMessageSize > a.MaxMessageSize, cfg.MaxRDMASize > a.MaxRDMASize:
 		return fmt.Errorf("verbs: QP config: message size %d / RDMA size %d exceed %d: %w", cfg.MaxMessageSize, cfg.MaxRDMASize, a.MaxMessageSize, driver.ErrResources)
 	}
 	return nil
-}
-
-// CreateSRQ creates an ibv_srq in pd.
-func (ia *IA) CreateSRQ(pd driver.PD, cfg driver.SRQConfig, h driver.SRQHandler) (driver.SRQ, error) {
-	p, ok := pd.(*PD)
-	if !ok || p.ia != ia {
-		return nil, fmt.Errorf("verbs: create SRQ: PD %T does not belong to this IA: %w", pd, driver.ErrNotSupported)
-	}
-	if ia.attr.MaxSRQWR == 0 {
-		return nil, fmt.Errorf("verbs: create SRQ: device has no SRQ: %w", driver.ErrNotSupported)
-	}
-	if err := ia.live(); err != nil {
-		return nil, err
-	}
-	return newSRQ(ia, p, cfg, h)
 }
 
 // Listen starts a listener on the IA address; see Listener.
@@ -232,6 +220,8 @@ func (ia *IA) Close() error {
 	ia.mu.Unlock()
 	ia.listeners.CloseAll()
 	ia.qps.CloseAll()
+	ia.cqs.CloseAll()
+	ia.ids.Wait()
 	ia.release()
 	return nil
 }

@@ -30,11 +30,17 @@ func TestOpenAttr(t *testing.T) {
 				if a.MaxReadSGE != 1 {
 					t.Errorf("siw MaxReadSGE %d, want 1", a.MaxReadSGE)
 				}
-				if a.MemoryWindows {
-					t.Error("siw reports memory windows")
-				}
-			} else if !a.MemoryWindows {
-				t.Error("rxe reports no memory windows (it has type 1 ibv_mw)")
+			}
+			pd, err := ia.AllocPD()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, w := pd.(driver.WindowAllocator); w != (d.transport != driver.TransportIWARP) {
+				t.Errorf("PD offers memory windows: %v, want them on rxe only", w)
+			}
+			pd.Close()
+			if _, ok := ia.(driver.SRQCreator); !ok {
+				t.Error("the IA offers no SRQs")
 			}
 			if a.MaxPrivateData != wantPD {
 				t.Errorf("MaxPrivateData %d, want %d", a.MaxPrivateData, wantPD)
@@ -43,7 +49,7 @@ func TestOpenAttr(t *testing.T) {
 				a.MaxMessageSize == 0 || a.MaxRDMASize == 0 || a.MaxSRQWR <= 0 || a.MaxMR <= 0 || a.MaxMRSize == 0 {
 				t.Errorf("implausible limits %+v", a)
 			}
-			if la := ia.LocalAddr().(*net.TCPAddr); la.IP.String() != d.addr {
+			if la := a.LocalAddr.(*net.TCPAddr); la.IP.String() != d.addr {
 				t.Errorf("LocalAddr %v, want %s", la, d.addr)
 			}
 			if err := ia.Close(); err != nil {

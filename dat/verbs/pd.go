@@ -27,6 +27,17 @@ type PD struct {
 
 var _ driver.PD = (*PD)(nil)
 
+// pdOf unwraps a PD of this package.
+func pdOf(x driver.PD) (*PD, bool) {
+	switch p := x.(type) {
+	case *PD:
+		return p, true
+	case windowPD:
+		return p.PD, true
+	}
+	return nil, false
+}
+
 // accessFlags maps DAT privileges to ibv_access_flags. Verbs refuses
 // remote write without local write, so remote write implies it.
 func accessFlags(a driver.Access) C.int {
@@ -62,7 +73,7 @@ func (pd *PD) Register(buf []byte, access driver.Access) (driver.MR, error) {
 	// Go's non-moving heap, not from cgo's pointer passing.
 	va := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
 	flags := accessFlags(access)
-	if pd.ia.attr.MemoryWindows {
+	if pd.ia.lim.windows {
 		// Any region may get a window bound over it (C10-73: only one
 		// registered with MW_BIND), and registration is the only time
 		// to say so.

@@ -10,22 +10,22 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
 )
 
-// qpState is the provider-side life cycle of a QP; package dat keeps the
-// full DAT EP state machine.
+// qpState is the provider's view of a QP's one connection; package dat
+// keeps the DAT EP state machine.
 type qpState int
 
 const (
-	qpIdle         qpState = iota // no connection: Connect/Accept allowed
-	qpConnecting                  // Connect or Request.Accept in progress
-	qpConnected                   // established
-	qpDisconnected                // connection gone or attempt failed; Reset to reuse
-	qpClosed                      // destroyed
+	qpIdle       qpState = iota // never connected: Connect/Accept allowed
+	qpConnecting                // Connect or Request.Accept in progress
+	qpConnected                 // established
+	qpDead                      // the connection (or attempt) is over: posts are dropped
+	qpClosed                    // destroyed
 )
 
 func (s qpState) String() string {
@@ -36,7 +36,7 @@ func (s qpState) String() string {
 		return "connecting"
 	case qpConnected:
 		return "connected"
-	case qpDisconnected:
+	case qpDead:
 		return "disconnected"
 	case qpClosed:
 		return "closed"
@@ -44,63 +44,109 @@ func (s qpState) String() string {
 	return fmt.Sprintf("qpState(%d)", int(s))
 }
 
-// QP is a reliable-connected queue pair. It implements driver.QP.
+// QP is a reliable-connected queue pair. It implements driver.QP; on a
+// device with memory windows the IA hands out a windowQP, which adds
+// driver.WindowBinder.
 //
-// The verbs objects (rdma_cm id, CQ, ibv_qp) exist per connection: they
-// are created by Connect or Request.Accept and destroyed by Reset and
-// Close, so that every connection starts from a fresh QP (DAPL's cma
-// provider does the same on dat_ep_reset). Receives posted while there is
-// no verbs QP wait in rq and are posted when it is created, before the
-// connection is established.
+// The verbs objects (rdma_cm id, ibv_qp) are created by Connect or
+// Request.Accept, on that connection's id, and destroyed when the
+// connection ends: a QP connects once. Receives posted before the ibv_qp
+// exists wait in pending and are posted when it is created, ahead of
+// establishment.
 type QP struct {
 	ia     *IA
-	key    uintptr // registry key; the CQ's and the ibv_qp's context
-	events *eventQueue
+	key    uintptr // registry key: the ibv_qp's and the ids' context
+	tag    uint32
+	onDisc func(error)
+	// sendCQ and recvCQ are the CQs of CreateQP (either may be nil).
+	sendCQ, recvCQ *CQ
 
-	// cqMu serialises polling the CQ with creating and destroying it.
-	cqMu sync.Mutex
-	cq   *C.struct_ibv_cq                    // guarded by cqMu
-	wcs  [C.SHIM_POLL_BATCH]C.struct_shim_wc // guarded by cqMu
+	// srq is the SRQ of the connection's ibv_qp, set before the QP is
+	// attached to its CQs and never changed after.
+	srq *SRQ
+	// esc holds the dat IDs that do not fit a wr_id as they are (wrid.go).
+	esc escapes
+	// marked records the drain markers' completions: [0] send, [1] receive.
+	marked [2]atomic.Bool
+	// sendPosted and sendDone count send-side work requests posted and
+	// completed (polled), so a graceful disconnect knows when the send
+	// queue has drained; every send-side request is signalled for it.
+	sendPosted, sendDone atomic.Uint64
+	// bindMu serialises window binds, so at most one is posted at a
+	// time; bind is that one's record.
+	bindMu  sync.Mutex
+	bindSeq uint64 // guarded by bindMu
+	bind    atomic.Pointer[bindWait]
 
-	// ops counts Disconnect calls in progress; Reset and Close wait for
-	// them before destroying the connection.
+	// ops counts Disconnect calls and connection losses in progress;
+	// Close waits for them before destroying the connection, which they
+	// use (rdma_disconnect).
 	ops sync.WaitGroup
-	// tearing counts teardowns of failed attempts running in the
-	// background (see finish); Reset and Close wait for them.
+	// tearing counts quiescing of failed attempts running in the
+	// background (see finish); Close waits for them.
 	tearing sync.WaitGroup
 
-	mu       sync.Mutex
-	cfg      driver.QPConfig
-	state    qpState
-	attempt  *attempt
-	conn     *conn
-	sq, rq   wrQueue
-	seq      uint64
-	sges     [maxSGE]C.struct_ibv_sge // post scratch
-	progress chan struct{}            // closed after each CQ batch, for waitIdle
-	local    net.Addr
-	remote   net.Addr
-
-	// early holds completions the device reported ahead of an earlier
-	// request of their queue, until their turn (reorder.go); guarded by
-	// mu.
-	early []C.struct_shim_wc
+	mu      sync.Mutex
+	cfg     driver.QPConfig
+	state   qpState
+	attempt *attempt
+	conn    *conn
+	pending []pendingRecv
+	sges    [maxSGE]C.struct_ibv_sge // post scratch
 }
 
 var _ driver.QP = (*QP)(nil)
 
-// conn is one connection's verbs objects.
+// windowQP is a QP of a device with memory windows.
+type windowQP struct{ *QP }
+
+var _ driver.WindowBinder = windowQP{}
+
+// qpOf unwraps a QP of this package.
+func qpOf(x driver.QP) (*QP, bool) {
+	switch q := x.(type) {
+	case *QP:
+		return q, true
+	case windowQP:
+		return q.QP, true
+	}
+	return nil, false
+}
+
+// pendingRecv is a receive posted before the ibv_qp exists.
+type pendingRecv struct {
+	id   uint64
+	sges []driver.SGE
+}
+
+// conn is the connection's verbs objects.
 type conn struct {
 	id  *C.struct_rdma_cm_id
 	key uintptr          // registry key of id (owner: the QP)
-	qp  *C.struct_ibv_qp // nil until created; guarded by QP.mu
+	qp  *C.struct_ibv_qp // nil until created and after destruction; guarded by QP.mu
+	// qpNum and the CQs the ibv_qp is on, with what attach reserved on
+	// them; set with qp.
+	qpNum      uint32
+	scq, rcq   *CQ
+	sEnt, rEnt int
+	private    *CQ // made for a QP configured with no CQ at all
 
 	gone      chan struct{} // closed on the id's DISCONNECTED event
 	goneOnce  sync.Once
 	hurry     chan struct{} // closed to cut a graceful Disconnect short
 	hurryOnce sync.Once
 	busy      chan struct{} // closed when an rdma_connect in flight returns (nil: none)
+
+	quiesceOnce sync.Once
+	quiesced    chan struct{}
 }
+
+func newConn() *conn {
+	return &conn{gone: make(chan struct{}), hurry: make(chan struct{}), quiesced: make(chan struct{})}
+}
+
+func (c *conn) markGone() { c.goneOnce.Do(func() { close(c.gone) }) }
+func (c *conn) hurryUp()  { c.hurryOnce.Do(func() { close(c.hurry) }) }
 
 // idle reports that no blocking CM call on the id is in flight.
 func (c *conn) idle() bool {
@@ -115,83 +161,36 @@ func (c *conn) idle() bool {
 	}
 }
 
-func newConn() *conn {
-	return &conn{gone: make(chan struct{}), hurry: make(chan struct{})}
-}
-
-func (c *conn) markGone() { c.goneOnce.Do(func() { close(c.gone) }) }
-func (c *conn) hurryUp()  { c.hurryOnce.Do(func() { close(c.hurry) }) }
-
-func newQP(ia *IA, cfg driver.QPConfig, h driver.QPHandler) *QP {
-	q := &QP{ia: ia, cfg: cfg, events: newEventQueue(h)}
+func newQP(ia *IA, cfg driver.QPConfig) *QP {
+	q := &QP{ia: ia, cfg: cfg, tag: cfg.Tag, onDisc: cfg.OnDisconnect}
+	q.sendCQ, _ = cfg.SendCQ.(*CQ)
+	q.recvCQ, _ = cfg.RecvCQ.(*CQ)
 	q.key = register(q)
 	return q
 }
 
-// Modify replaces the configuration of a QP that is not connected or
-// connecting. It takes effect with the next connection, whose verbs QP is
-// built from it.
+// Modify replaces the configuration of a QP that has never connected; the
+// next connection's ibv_qp is built from it. CQs, Tag and OnDisconnect
+// stay those of CreateQP.
 func (q *QP) Modify(cfg driver.QPConfig) error {
 	if err := q.ia.checkQPConfig(cfg); err != nil {
 		return err
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.state != qpIdle && q.state != qpDisconnected {
+	if q.state != qpIdle {
 		return errInvalidState("modify", q.state)
+	}
+	if cfg.SRQ == nil && q.cfg.SRQ != nil {
+		q.pending = nil // receives went to the SRQ; none can be pending
 	}
 	q.cfg = cfg
 	return nil
 }
 
-// Addrs reports the local and remote addresses of the QP's connection
-// (nil before the first one and after Reset).
-func (q *QP) Addrs() (local, remote net.Addr) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.local, q.remote
-}
-
-// Reset returns a disconnected QP to the unconnected state: the old
-// connection's QP, CQ and id are destroyed, whatever they still held is
-// completed as flushed, and Reset returns after those completions were
-// delivered (package dat forgets outstanding work after Reset). Resetting
-// an unconnected QP is a no-op.
-func (q *QP) Reset() error {
-	q.mu.Lock()
-	switch q.state {
-	case qpIdle:
-		q.mu.Unlock()
-		return nil
-	case qpDisconnected:
-	default:
-		s := q.state
-		q.mu.Unlock()
-		return errInvalidState("reset", s)
-	}
-	c := q.conn
-	q.conn = nil
-	q.mu.Unlock()
-	q.tearing.Wait()
-	if c != nil {
-		c.hurryUp()
-		q.ops.Wait()
-		q.teardown(c)
-	}
-	q.mu.Lock()
-	q.flushAllLocked()
-	if q.state == qpDisconnected {
-		q.state = qpIdle
-		q.local, q.remote = nil, nil
-	}
-	q.mu.Unlock()
-	q.events.wait()
-	return nil
-}
-
 // Close destroys the QP: an establishment in progress is aborted, a
-// connection torn down abruptly, and everything posted completes flushed
-// before Close returns. It is idempotent.
+// connection torn down abruptly; it returns once the QP is quiescent. It
+// is idempotent.
 func (q *QP) Close() error {
 	q.mu.Lock()
 	if q.state == qpClosed {
@@ -199,14 +198,11 @@ func (q *QP) Close() error {
 		return nil
 	}
 	q.state = qpClosed
-	a := q.attempt
-	var c *conn
+	a, c := q.attempt, q.conn
 	if a != nil {
-		a.cancel() // the attempt tears its connection down itself
-	} else {
-		c = q.conn
-		q.conn = nil
+		a.cancel()
 	}
+	q.pending = nil
 	q.mu.Unlock()
 	if a != nil {
 		<-a.done
@@ -215,39 +211,27 @@ func (q *QP) Close() error {
 	if c != nil {
 		c.hurryUp()
 		q.ops.Wait()
-		q.teardown(c)
+		q.quiesce(c)
 	}
-	q.mu.Lock()
-	q.flushAllLocked()
-	q.mu.Unlock()
-	q.events.wait()
 	unregister(q.key)
 	q.ia.forgetQP(q)
 	return nil
 }
 
-// cmEvent receives the events of the current connection's id.
+// cmEvent receives the events of the connection's id.
 func (q *QP) cmEvent(ev *cmEvent) {
-	if ev.typ == cmDisconnected {
+	if ev.typ == cmDisconnected && q.ia.dev != nil {
 		// A device error that ends the connection (an async QP error
-		// event, a failed work completion) is queued before the
-		// DISCONNECTED it causes, but on other fds whose loops may run
-		// later: take them first, so that a broken connection is not
-		// reported as a clean disconnect.
-		if q.ia.dev != nil {
-			q.ia.dev.drain()
-		}
-		q.cqMu.Lock()
-		if q.cq != nil {
-			q.pollLocked()
-		}
-		q.cqMu.Unlock()
+		// event) is queued before the DISCONNECTED it causes, but on
+		// another fd whose loop may run later: take it first, so that a
+		// broken connection is not reported as a clean disconnect.
+		q.ia.dev.drain()
 	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	c := q.conn
 	if c == nil || c.key != ev.key {
-		return // a previous connection's late event
+		q.mu.Unlock()
+		return
 	}
 	if ev.typ == cmDisconnected {
 		c.markGone()
@@ -261,55 +245,72 @@ func (q *QP) cmEvent(ev *cmEvent) {
 			}
 		}
 	case qpConnected:
-		q.connEventLocked(ev)
+		if end, err := q.connEventLocked(ev); end {
+			q.mu.Unlock()
+			go q.lost(err)
+			return
+		}
 	}
+	q.mu.Unlock()
 }
 
-// connEventLocked handles an event of an established connection.
-func (q *QP) connEventLocked(ev *cmEvent) {
+// connEventLocked classifies an event of an established connection:
+// whether it ends it, and how. Callers hold mu.
+func (q *QP) connEventLocked(ev *cmEvent) (bool, error) {
 	switch ev.typ {
 	case cmDisconnected:
 		if c := q.conn; c.qp != nil && C.shim_qp_in_error(c.qp) != 0 {
-			// This side has not moved the QP to the error state (it
-			// is connected), so the device has: a remote access
-			// error, say, which rxe reports with no async event.
-			q.lostLocked(errors.New("verbs: connection broken: the device moved the QP to the error state"))
-			return
+			// This side has not moved the QP to the error state (it is
+			// connected), so the device has: a remote access error,
+			// say, which rxe reports with no async event.
+			return true, errors.New("verbs: connection broken: the device moved the QP to the error state")
 		}
-		q.lostLocked(nil)
+		return true, nil
 	case cmDeviceRemoval:
-		q.lostLocked(fmt.Errorf("verbs: connection lost: %w", ev.err()))
+		return true, fmt.Errorf("verbs: connection lost: %w", ev.err())
 	}
+	return false, nil
 }
 
-// asyncEvent receives the device's events for this QP (and its CQ).
+// asyncEvent receives the device's events for this QP.
 func (q *QP) asyncEvent(t C.enum_ibv_event_type) {
 	switch t {
-	case C.IBV_EVENT_QP_FATAL, C.IBV_EVENT_QP_REQ_ERR, C.IBV_EVENT_QP_ACCESS_ERR, C.IBV_EVENT_CQ_ERR:
+	case C.IBV_EVENT_QP_FATAL, C.IBV_EVENT_QP_REQ_ERR, C.IBV_EVENT_QP_ACCESS_ERR:
 		err := fmt.Errorf("verbs: connection broken: %s", asyncEventName(t))
 		q.mu.Lock()
 		switch {
 		case q.state == qpConnected:
-			q.lostLocked(err)
+			q.mu.Unlock()
+			go q.lost(err)
+			return
 		case q.state == qpConnecting && q.attempt != nil && q.attempt.broken == nil:
-			// The attempt has seen ESTABLISHED (the QP is past RTR) but
-			// has not finished yet: finish reports it broken.
+			// The attempt has seen ESTABLISHED (the QP is past RTR)
+			// but has not finished: finish reports it broken.
 			q.attempt.broken = err
 		}
 		q.mu.Unlock()
 	}
 }
 
-// lostLocked ends an established connection this side did not close: the
-// peer disconnected (err nil) or the connection broke. The QP is moved to
-// the error state so everything posted flushes, rdma_disconnect answers
-// the peer (IB DREP), and the handler hears about it once.
-func (q *QP) lostLocked(err error) {
-	q.state = qpDisconnected
-	c := q.conn
-	C.shim_disconnect(c.id)
-	if c.qp != nil {
-		C.shim_qp_to_error(c.qp)
+// lost ends an established connection this side did not close: the peer
+// disconnected (err nil) or the connection broke. rdma_disconnect answers
+// the peer (IB DREP), the QP is quiesced, and then, once, OnDisconnect is
+// called. It runs on a goroutine of its own: quiescing waits for the
+// device, and OnDisconnect may call back into package dat.
+func (q *QP) lost(err error) {
+	q.mu.Lock()
+	if q.state != qpConnected {
+		q.mu.Unlock()
+		return
 	}
-	q.events.disconnected(err)
+	q.state = qpDead
+	c := q.conn
+	q.ops.Add(1)
+	q.mu.Unlock()
+	C.shim_disconnect(c.id)
+	q.quiesce(c)
+	q.ops.Done()
+	if q.onDisc != nil {
+		q.onDisc(err)
+	}
 }

@@ -49,19 +49,12 @@ func newRequest(l *Listener, ev *cmEvent) *Request {
 	return r
 }
 
-// RemoteAddr is the requester's address.
-func (r *Request) RemoteAddr() net.Addr { return r.remote }
-
-// LocalAddr is the local address the request arrived on.
-func (r *Request) LocalAddr() net.Addr { return r.local }
-
-// PrivateData is the requester's private data (on IB/RoCE zero-padded to
-// 56 bytes: the IB CM REQ carries no length).
-func (r *Request) PrivateData() []byte { return r.pdata }
-
-// ReadLimits are the requester's advertised inbound (IRD) and outbound
-// (ORD) RDMA Read depths.
-func (r *Request) ReadLimits() (ird, ord int) { return r.initDepth, r.respRes }
+// Info describes the request. PrivateData is on IB/RoCE zero-padded to 56
+// bytes (the IB CM REQ carries no length); IRD and ORD are the
+// requester's advertised inbound and outbound RDMA Read depths.
+func (r *Request) Info() driver.RequestInfo {
+	return driver.RequestInfo{Remote: r.remote, Local: r.local, PrivateData: r.pdata, IRD: r.initDepth, ORD: r.respRes}
+}
 
 // cmEvent receives the request id's events until Accept hands it to a QP:
 // anything arriving now means the requester gave up.
@@ -89,32 +82,34 @@ func (r *Request) settle() bool {
 // qp's waiting receives, and calls rdma_accept with privateData and the
 // read depths min(qp's, requester's). It returns once the CM reports the
 // connection established or failed. Argument and QP-state errors leave the
-// request pending; any later failure leaves qp disconnected.
-func (r *Request) Accept(ctx context.Context, qp driver.QP, privateData []byte) error {
-	q, ok := qp.(*QP)
+// request pending; any later failure leaves qp disconnected. The result
+// carries the connection's addresses.
+func (r *Request) Accept(ctx context.Context, qp driver.QP, privateData []byte) (driver.ConnectResult, error) {
+	var res driver.ConnectResult
+	q, ok := qpOf(qp)
 	if !ok || q.ia != r.l.ia {
-		return fmt.Errorf("verbs: accept %v: QP %T does not belong to this IA: %w", r.remote, qp, driver.ErrNotSupported)
+		return res, fmt.Errorf("verbs: accept %v: QP %T does not belong to this IA: %w", r.remote, qp, driver.ErrNotSupported)
 	}
 	if max := q.ia.attr.MaxPrivateData; len(privateData) > max {
-		return fmt.Errorf("verbs: accept %v: %d bytes of private data exceed the limit of %d", r.remote, len(privateData), max)
+		return res, fmt.Errorf("verbs: accept %v: %d bytes of private data exceed the limit of %d", r.remote, len(privateData), max)
 	}
 	a, cfg, err := q.begin("accept")
 	if err != nil {
-		return err
+		return res, err
 	}
 	if !r.settle() {
 		q.mu.Lock()
 		q.attempt, q.state = nil, qpIdle
 		q.mu.Unlock()
 		close(a.done)
-		return fmt.Errorf("verbs: accept %v: request already accepted, rejected or aborted", r.remote)
+		return res, fmt.Errorf("verbs: accept %v: request already accepted, rejected or aborted", r.remote)
 	}
 	r.l.release()
 	err = q.accept(ctx, a, cfg, r, privateData)
-	if err = q.finish(a, err); err != nil {
-		return fmt.Errorf("verbs: accept %v: %w", r.remote, err)
+	if err = q.finish(a, &res, err); err != nil {
+		return driver.ConnectResult{}, fmt.Errorf("verbs: accept %v: %w", r.remote, err)
 	}
-	return nil
+	return res, nil
 }
 
 func (q *QP) accept(ctx context.Context, a *attempt, cfg driver.QPConfig, r *Request, pdata []byte) error {

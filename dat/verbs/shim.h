@@ -301,22 +301,41 @@ static inline int shim_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t wr
 
 // ---------------------------------------------------------------- CQ
 
-static inline struct ibv_cq *shim_create_cq(struct ibv_context *ctx, int cqe, uintptr_t key, struct ibv_comp_channel *ch) {
-	return ibv_create_cq(ctx, cqe, (void *)key, ch, 0);
+static inline struct ibv_cq *shim_create_cq(struct ibv_context *ctx, int cqe, struct ibv_comp_channel *ch) {
+	return ibv_create_cq(ctx, cqe, NULL, ch, 0);
+}
+
+static inline int shim_cq_size(struct ibv_cq *cq) { return cq->cqe; }
+
+static inline int shim_resize_cq(struct ibv_cq *cq, int cqe) { return shim_ret(ibv_resize_cq(cq, cqe)); }
+
+// shim_probe_resize_cq reports whether the device can resize a CQ: some
+// (siw) leave ibv_resize_cq unimplemented.
+static inline int shim_probe_resize_cq(struct ibv_context *ctx) {
+	struct ibv_cq *cq = ibv_create_cq(ctx, 2, NULL, NULL, 0);
+	int ok;
+	if (!cq)
+		return 0;
+	ok = ibv_resize_cq(cq, cq->cqe + 16) == 0;
+	ibv_destroy_cq(cq);
+	return ok;
 }
 
 static inline int shim_arm_cq(struct ibv_cq *cq) { return shim_ret(ibv_req_notify_cq(cq, 0)); }
 
-// shim_next_cq_event takes one completion event off ch and acks it at once;
-// the CQ is identified to Go by its context key only.
-static inline int shim_next_cq_event(struct ibv_comp_channel *ch, uintptr_t *key) {
+// shim_take_cq_events takes every completion event queued on ch (a
+// non-blocking channel that serves one CQ) and acks them at once, so
+// ibv_destroy_cq never waits for Go. Returns the number taken, or -errno
+// if none could be taken (-EAGAIN: none queued).
+static inline int shim_take_cq_events(struct ibv_comp_channel *ch) {
 	struct ibv_cq *cq;
 	void *ctx;
-	if (ibv_get_cq_event(ch, &cq, &ctx))
-		return shim_err();
-	ibv_ack_cq_events(cq, 1);
-	*key = (uintptr_t)ctx;
-	return 0;
+	int n = 0;
+	while (ibv_get_cq_event(ch, &cq, &ctx) == 0) {
+		ibv_ack_cq_events(cq, 1);
+		n++;
+	}
+	return n ? n : shim_err();
 }
 
 struct shim_wc {
@@ -324,12 +343,13 @@ struct shim_wc {
 	uint32_t status;
 	uint32_t opcode;
 	uint32_t byte_len;
-	uint32_t wc_flags;
+	uint32_t qp_num;
 };
 
 #define SHIM_POLL_BATCH 32
 
-// shim_poll drains up to n (<= SHIM_POLL_BATCH) completions into out.
+// shim_poll takes up to n (<= SHIM_POLL_BATCH) completions into out.
+// Returns the number taken, or a negative errno.
 static inline int shim_poll(struct ibv_cq *cq, struct shim_wc *out, int n) {
 	struct ibv_wc wc[SHIM_POLL_BATCH];
 	if (n > SHIM_POLL_BATCH)
@@ -340,20 +360,21 @@ static inline int shim_poll(struct ibv_cq *cq, struct shim_wc *out, int n) {
 		out[i].status = wc[i].status;
 		out[i].opcode = wc[i].opcode;
 		out[i].byte_len = wc[i].byte_len;
-		out[i].wc_flags = wc[i].wc_flags;
+		out[i].qp_num = wc[i].qp_num;
 	}
 	return got;
 }
 
 // ---------------------------------------------------------------- QP
 
-static inline int shim_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *cq, struct ibv_srq *srq,
-                                 uint32_t send_wr, uint32_t recv_wr, uint32_t send_sge, uint32_t recv_sge, uintptr_t key) {
+static inline int shim_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
+                                 struct ibv_srq *srq, uint32_t send_wr, uint32_t recv_wr, uint32_t send_sge,
+                                 uint32_t recv_sge, uintptr_t key) {
 	struct ibv_qp_init_attr a;
 	memset(&a, 0, sizeof a);
 	a.qp_context = (void *)key;
-	a.send_cq = cq;
-	a.recv_cq = cq;
+	a.send_cq = scq;
+	a.recv_cq = rcq;
 	a.srq = srq;
 	a.cap.max_send_wr = send_wr;
 	a.cap.max_send_sge = send_sge;
@@ -362,11 +383,13 @@ static inline int shim_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struc
 		a.cap.max_recv_sge = recv_sge;
 	}
 	a.qp_type = IBV_QPT_RC;
-	// Every send-side WR completes, so each post has exactly one
-	// completion to pair with (see doc.go, completion pairing).
+	// Every send-side WR completes: a graceful disconnect counts them
+	// to know the send queue has drained (see doc.go).
 	a.sq_sig_all = 1;
 	return rdma_create_qp(id, pd, &a) ? shim_err() : 0;
 }
+
+static inline uint32_t shim_qp_num(struct ibv_qp *qp) { return qp->qp_num; }
 
 static inline struct ibv_qp *shim_id_qp(struct rdma_cm_id *id) { return id->qp; }
 

@@ -11,31 +11,52 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
 )
 
 // SRQ is an ibv_srq. It implements driver.SRQ. Its receives complete on
-// the CQ of whichever QP consumed them and are reported through that QP's
-// handler; the SRQ maps their wr_ids back to cookies.
+// the receive CQ of whichever QP consumed them, with that QP's tag (the
+// CQ finds the QP by the completion's qp_num).
 type SRQ struct {
 	ia  *IA
 	pd  *PD
 	srq *C.struct_ibv_srq
 	key uintptr
 	cfg driver.SRQConfig
-	h   driver.SRQHandler
+
+	// posted counts receives posted and not yet completed: the CQ that
+	// polls a completion of the SRQ takes one off.
+	posted atomic.Int64
+	// esc holds the dat IDs that do not fit a wr_id (wrid.go).
+	esc escapes
 
 	mu     sync.Mutex
 	closed bool
-	seq    uint64
-	posted map[uint64]uint64 // wr_id -> cookie of every receive not yet completed
 	sges   [maxSGE]C.struct_ibv_sge
 }
 
 var _ driver.SRQ = (*SRQ)(nil)
 
-func newSRQ(ia *IA, pd *PD, cfg driver.SRQConfig, h driver.SRQHandler) (*SRQ, error) {
+// srqIA is an IA whose device has SRQs.
+type srqIA struct{ *IA }
+
+var _ driver.SRQCreator = srqIA{}
+
+// CreateSRQ creates an ibv_srq in pd.
+func (ia srqIA) CreateSRQ(pd driver.PD, cfg driver.SRQConfig) (driver.SRQ, error) {
+	p, ok := pdOf(pd)
+	if !ok || p.ia != ia.IA {
+		return nil, fmt.Errorf("verbs: create SRQ: PD %T does not belong to this IA: %w", pd, driver.ErrNotSupported)
+	}
+	if err := ia.live(); err != nil {
+		return nil, err
+	}
+	return newSRQ(ia.IA, p, cfg)
+}
+
+func newSRQ(ia *IA, pd *PD, cfg driver.SRQConfig) (*SRQ, error) {
 	switch {
 	case cfg.MaxRecvWR <= 0 || cfg.MaxRecvWR > ia.attr.MaxSRQWR,
 		cfg.MaxRecvSGE < 0 || cfg.MaxRecvSGE > ia.lim.maxSRQSGE,
@@ -43,7 +64,7 @@ func newSRQ(ia *IA, pd *PD, cfg driver.SRQConfig, h driver.SRQHandler) (*SRQ, er
 		return nil, fmt.Errorf("verbs: create SRQ: %d WRs (max %d), %d SGEs (max %d), watermark %d: %w",
 			cfg.MaxRecvWR, ia.attr.MaxSRQWR, cfg.MaxRecvSGE, ia.lim.maxSRQSGE, cfg.LowWatermark, driver.ErrResources)
 	}
-	s := &SRQ{ia: ia, pd: pd, cfg: cfg, h: h, posted: make(map[uint64]uint64)}
+	s := &SRQ{ia: ia, pd: pd, cfg: cfg}
 	s.key = register(s)
 	srq, err := C.shim_create_srq(pd.pd, C.uint32_t(cfg.MaxRecvWR), C.uint32_t(max(cfg.MaxRecvSGE, 1)), C.uintptr_t(s.key))
 	if srq == nil {
@@ -69,29 +90,22 @@ func (s *SRQ) PostRecv(wr driver.RecvWR) error {
 		return fmt.Errorf("verbs: SRQ post recv: %w", net.ErrClosed)
 	case len(wr.Local) > s.cfg.MaxRecvSGE || len(wr.Local) > maxSGE:
 		return fmt.Errorf("verbs: SRQ post recv: %d SGEs exceed %d: %w", len(wr.Local), s.cfg.MaxRecvSGE, driver.ErrResources)
-	case len(s.posted) >= s.cfg.MaxRecvWR:
-		return fmt.Errorf("verbs: SRQ post recv: %d receives posted: %w", len(s.posted), driver.ErrQueueFull)
+	case s.posted.Load() >= int64(s.cfg.MaxRecvWR):
+		return fmt.Errorf("verbs: SRQ post recv: %d receives posted: %w", s.posted.Load(), driver.ErrQueueFull)
 	}
-	s.seq++
-	id := wrID(wrKindSRQ, s.seq)
 	for i, g := range wr.Local {
 		s.sges[i] = C.struct_ibv_sge{addr: C.uint64_t(g.Addr), length: C.uint32_t(g.Length), lkey: C.uint32_t(g.LKey)}
 	}
-	s.posted[id] = wr.Cookie
-	if rc := C.shim_post_srq_recv(s.srq, C.uint64_t(id), &s.sges[0], C.int(len(wr.Local))); rc != 0 {
-		delete(s.posted, id)
+	wrid, idx := encodeWRID(wr.ID, true, &s.esc, wrEscSRQ)
+	s.posted.Add(1)
+	if rc := C.shim_post_srq_recv(s.srq, C.uint64_t(wrid), &s.sges[0], C.int(len(wr.Local))); rc != 0 {
+		s.posted.Add(-1)
+		if idx != 0 {
+			s.esc.drop(idx)
+		}
 		return postError("ibv_post_srq_recv", errnoOf(rc))
 	}
 	return nil
-}
-
-// take returns and forgets the cookie of a completed receive.
-func (s *SRQ) take(id uint64) (uint64, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, ok := s.posted[id]
-	delete(s.posted, id)
-	return c, ok
 }
 
 // SetLowWatermark arms (n > 0) or disarms (0) the SRQ limit: the device
@@ -112,17 +126,13 @@ func (s *SRQ) SetLowWatermark(n int) error {
 	return nil
 }
 
-// Posted reports the receives posted and not yet completed.
-func (s *SRQ) Posted() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.posted)
-}
+// Posted reports the receives posted and not yet completed (polled).
+func (s *SRQ) Posted() int { return int(s.posted.Load()) }
 
 // asyncEvent receives the device's events for this SRQ.
 func (s *SRQ) asyncEvent(t C.enum_ibv_event_type) {
-	if t == C.IBV_EVENT_SRQ_LIMIT_REACHED && s.h != nil {
-		s.h.LowWatermark()
+	if t == C.IBV_EVENT_SRQ_LIMIT_REACHED && s.cfg.OnLowWatermark != nil {
+		s.cfg.OnLowWatermark()
 	}
 }
 
@@ -139,7 +149,7 @@ func (s *SRQ) Close() error {
 		return fmt.Errorf("verbs: ibv_destroy_srq: %w", errnoOf(rc))
 	}
 	s.closed = true
-	s.posted = nil
+	s.esc.reset()
 	unregister(s.key)
 	return nil
 }

@@ -9,31 +9,28 @@ import (
 	"github.com/rdmanet/rdmanet/dat/driver"
 )
 
-type srqRecorder chan struct{}
-
-func (r srqRecorder) LowWatermark() { r <- struct{}{} }
-
 func TestSRQ(t *testing.T) {
 	forEachDevice(t, func(t *testing.T, d testDev) {
 		c, s := newEnd(t, d), newEnd(t, d)
-		low := make(srqRecorder, 4)
-		srqI, err := s.ia.CreateSRQ(s.pd, driver.SRQConfig{MaxRecvWR: 8, MaxRecvSGE: 1, LowWatermark: 3}, low)
+		low := make(chan struct{}, 4)
+		srqI, err := srqIA{s.ia}.CreateSRQ(s.dpd, driver.SRQConfig{MaxRecvWR: 8, MaxRecvSGE: 1, LowWatermark: 3,
+			OnLowWatermark: func() { low <- struct{}{} }})
 		if err != nil {
 			t.Fatal(err)
 		}
 		srq := srqI.(*SRQ)
 		defer srq.Close()
-		cfg := defaultQPConfig(s.pd)
+		cfg := defaultQPConfig(s.dpd)
 		cfg.SRQ = srq
 		cfg.MaxRecvWR, cfg.MaxRecvSGE = 0, 0
 		if err := s.qp.Modify(cfg); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.qp.PostRecv(driver.RecvWR{Cookie: 1}); err == nil {
+		if err := s.qp.PostRecv(driver.RecvWR{ID: 1}); err == nil {
 			t.Error("PostRecv on a QP with an SRQ succeeded")
 		}
 		for i := 0; i < 4; i++ {
-			if err := srq.PostRecv(driver.RecvWR{Cookie: uint64(10 + i), Local: []driver.SGE{s.sge(1024*i, 1024)}}); err != nil {
+			if err := srq.PostRecv(driver.RecvWR{ID: uint64(10 + i), Local: []driver.SGE{s.sge(1024*i, 1024)}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -44,15 +41,15 @@ func TestSRQ(t *testing.T) {
 		seen := map[uint64]bool{}
 		for i := 0; i < 2; i++ {
 			copy(c.buf[i*100:], "srq message")
-			c.postSend(t, driver.SendWR{Cookie: uint64(i), Op: driver.OpSend, Flags: driver.SendSignaled, Local: []driver.SGE{c.sge(i*100, 11)}})
+			c.postSend(t, driver.SendWR{ID: uint64(i), Op: driver.OpSend, Flags: driver.SendSignaled, Local: []driver.SGE{c.sge(i*100, 11)}})
 			if cp := c.h.next(t); cp.Status != driver.StatusSuccess {
 				t.Fatalf("send %d: %+v", i, cp)
 			}
 			rp := s.h.next(t)
-			if rp.Op != driver.OpRecv || rp.Status != driver.StatusSuccess || rp.Length != 11 || rp.Cookie < 10 || rp.Cookie > 13 || seen[rp.Cookie] {
+			if rp.Op != driver.OpRecv || rp.Status != driver.StatusSuccess || rp.Length != 11 || rp.WRID < 10 || rp.WRID > 13 || seen[rp.WRID] || rp.QPTag != s.tag {
 				t.Fatalf("SRQ receive %d: %+v", i, rp)
 			}
-			seen[rp.Cookie] = true
+			seen[rp.WRID] = true
 		}
 		if n := srq.Posted(); n != 2 {
 			t.Errorf("Posted %d after two receives, want 2", n)
@@ -67,7 +64,7 @@ func TestSRQ(t *testing.T) {
 		if err := srq.SetLowWatermark(2); err != nil {
 			t.Fatal(err)
 		}
-		c.postSend(t, driver.SendWR{Cookie: 5, Op: driver.OpSend, Flags: driver.SendSignaled, Local: []driver.SGE{c.sge(0, 11)}})
+		c.postSend(t, driver.SendWR{ID: 5, Op: driver.OpSend, Flags: driver.SendSignaled, Local: []driver.SGE{c.sge(0, 11)}})
 		c.h.next(t)
 		s.h.next(t)
 		select {

@@ -52,12 +52,18 @@ type Window struct {
 
 var _ driver.Window = (*Window)(nil)
 
-// AllocWindow allocates an unbound type 1 window (ibv_alloc_mw). Devices
-// without memory windows (siw) give driver.ErrNotSupported.
-func (pd *PD) AllocWindow() (driver.Window, error) {
-	if !pd.ia.attr.MemoryWindows {
-		return nil, fmt.Errorf("verbs: alloc window: %s has no type 1 memory windows: %w", pd.ia.attr.Name, driver.ErrNotSupported)
-	}
+// windowPD is a PD of a device with type 1 memory windows (rxe; not siw):
+// only such PDs implement driver.WindowAllocator, and only such QPs
+// driver.WindowBinder (windowQP), so package dat finds out by type
+// assertion.
+type windowPD struct{ *PD }
+
+var _ driver.WindowAllocator = windowPD{}
+
+// AllocWindow allocates an unbound type 1 window (ibv_alloc_mw).
+func (p windowPD) AllocWindow() (driver.Window, error) { return p.allocWindow() }
+
+func (pd *PD) allocWindow() (driver.Window, error) {
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
 	if pd.closed {

@@ -17,26 +17,25 @@ import (
 func TestWindowSupport(t *testing.T) {
 	forEachDevice(t, func(t *testing.T, d testDev) {
 		e := newEnd(t, d)
-		w, err := e.pd.AllocWindow()
+		wa, okPD := e.dpd.(driver.WindowAllocator)
+		_, okQP := e.dqp.(driver.WindowBinder)
 		if d.transport == driver.TransportIWARP {
-			if e.ia.Attr().MemoryWindows {
-				t.Error("siw reports memory windows")
-			}
-			if !errors.Is(err, driver.ErrNotSupported) {
-				t.Fatalf("siw AllocWindow: %v, want ErrNotSupported", err)
+			if okPD || okQP {
+				t.Errorf("siw offers memory windows: PD %v, QP %v", okPD, okQP)
 			}
 			return
 		}
-		if !e.ia.Attr().MemoryWindows {
-			t.Fatal("rxe reports no memory windows")
+		if !okPD || !okQP {
+			t.Fatalf("rxe offers no memory windows: PD %v, QP %v", okPD, okQP)
 		}
+		w, err := wa.AllocWindow()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := w.Binding(); ok {
 			t.Error("a new window is bound")
 		}
-		if _, err := e.qp.BindWindow(w, e.mr, e.mr.Addr(), 64, driver.AccessRemoteWrite); !errors.Is(err, driver.ErrNotConnected) {
+		if _, err := e.qp.bindWindow(w, e.mr, e.mr.Addr(), 64, driver.AccessRemoteWrite); !errors.Is(err, driver.ErrNotConnected) {
 			t.Errorf("bind through an unconnected QP: %v, want ErrNotConnected", err)
 		}
 		if err := w.Close(); err != nil {
@@ -45,7 +44,7 @@ func TestWindowSupport(t *testing.T) {
 		if err := w.Close(); err != nil {
 			t.Errorf("second Close: %v", err)
 		}
-		if _, err := e.qp.BindWindow(w, e.mr, e.mr.Addr(), 64, driver.AccessRemoteWrite); err == nil {
+		if _, err := e.qp.bindWindow(w, e.mr, e.mr.Addr(), 64, driver.AccessRemoteWrite); err == nil {
 			t.Error("bind of a closed window: no error")
 		}
 	})
@@ -63,7 +62,7 @@ func forEachWindowDevice(t *testing.T, fn func(t *testing.T, d testDev)) {
 
 func allocWindow(t *testing.T, e *end) *Window {
 	t.Helper()
-	w, err := e.pd.AllocWindow()
+	w, err := e.pd.allocWindow()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,10 +77,10 @@ func collect(t *testing.T, h *recorder, n int) map[uint64]driver.Completion {
 	got := make(map[uint64]driver.Completion)
 	for i := 0; i < n; i++ {
 		c := h.next(t)
-		if _, dup := got[c.Cookie]; dup {
-			t.Fatalf("two completions for cookie %d", c.Cookie)
+		if _, dup := got[c.WRID]; dup {
+			t.Fatalf("two completions for ID %d", c.WRID)
 		}
-		got[c.Cookie] = c
+		got[c.WRID] = c
 	}
 	return got
 }
@@ -127,16 +126,16 @@ func TestBindWindow(t *testing.T) {
 		c.postRecv(t, 1, 0, 64)
 		c.postRecv(t, 2, 64, 64)
 		copy(s.buf, "ab")
-		s.postSend(t, driver.SendWR{Cookie: 10, Op: driver.OpSend, Flags: driver.SendSignaled, Local: []driver.SGE{s.sge(0, 1)}})
-		rkey, err := s.qp.BindWindow(w, s.mr, s.mr.Addr()+4096, 4096, driver.AccessRemoteWrite|driver.AccessRemoteRead)
+		s.postSend(t, driver.SendWR{ID: 10, Op: driver.OpSend, Flags: driver.SendSignaled, Local: []driver.SGE{s.sge(0, 1)}})
+		rkey, err := s.qp.bindWindow(w, s.mr, s.mr.Addr()+4096, 4096, driver.AccessRemoteWrite|driver.AccessRemoteRead)
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.postSend(t, driver.SendWR{Cookie: 11, Op: driver.OpSend, Local: []driver.SGE{s.sge(1, 1)}})
-		if cp := s.h.next(t); cp.Cookie != 10 || cp.Status != driver.StatusSuccess || !cp.Signaled {
+		s.postSend(t, driver.SendWR{ID: 11, Op: driver.OpSend, Local: []driver.SGE{s.sge(1, 1)}})
+		if cp := s.h.next(t); cp.WRID != 10 || cp.Status != driver.StatusSuccess {
 			t.Fatalf("first send: %+v", cp)
 		}
-		if cp := s.h.next(t); cp.Cookie != 11 || cp.Status != driver.StatusSuccess || cp.Signaled {
+		if cp := s.h.next(t); cp.WRID != 11 || cp.Status != driver.StatusSuccess {
 			t.Fatalf("second send: %+v (the bind must not complete in its place)", cp)
 		}
 		s.h.none(t)
@@ -150,8 +149,8 @@ func TestBindWindow(t *testing.T) {
 		data := pattern(4096, 3)
 		copy(c.buf, data)
 		win := driver.RemoteSegment{Addr: s.mr.Addr() + 4096, Length: 4096, RKey: rkey}
-		c.postSend(t, driver.SendWR{Cookie: 20, Op: driver.OpRDMAWrite, Local: []driver.SGE{c.sge(0, 4096)}, Remote: win})
-		c.postSend(t, driver.SendWR{Cookie: 21, Op: driver.OpRDMARead, Flags: driver.SendSignaled, Local: []driver.SGE{c.sge(8192, 4096)}, Remote: win})
+		c.postSend(t, driver.SendWR{ID: 20, Op: driver.OpRDMAWrite, Local: []driver.SGE{c.sge(0, 4096)}, Remote: win})
+		c.postSend(t, driver.SendWR{ID: 21, Op: driver.OpRDMARead, Flags: driver.SendSignaled, Local: []driver.SGE{c.sge(8192, 4096)}, Remote: win})
 		for cookie, cp := range collect(t, c.h, 4) {
 			if cp.Status != driver.StatusSuccess {
 				t.Fatalf("client completion %d: %+v", cookie, cp)
@@ -165,19 +164,19 @@ func TestBindWindow(t *testing.T) {
 		}
 
 		// Unbind, then bind again: the old key is dead, the new one works.
-		if k, err := s.qp.BindWindow(w, nil, 0, 0, 0); err != nil || k != 0 {
+		if k, err := s.qp.bindWindow(w, nil, 0, 0, 0); err != nil || k != 0 {
 			t.Fatalf("unbind: %#x, %v", k, err)
 		}
 		if _, ok := w.Binding(); ok {
 			t.Fatal("bound after the unbind")
 		}
-		rkey2, err := s.qp.BindWindow(w, s.mr, s.mr.Addr(), 64, driver.AccessRemoteRead)
+		rkey2, err := s.qp.bindWindow(w, s.mr, s.mr.Addr(), 64, driver.AccessRemoteRead)
 		if err != nil || rkey2 == rkey {
 			t.Fatalf("rebind: %#x, %v", rkey2, err)
 		}
-		c.postSend(t, driver.SendWR{Cookie: 22, Op: driver.OpRDMARead, Flags: driver.SendSignaled, Local: []driver.SGE{c.sge(0, 2)},
+		c.postSend(t, driver.SendWR{ID: 22, Op: driver.OpRDMARead, Flags: driver.SendSignaled, Local: []driver.SGE{c.sge(0, 2)},
 			Remote: driver.RemoteSegment{Addr: s.mr.Addr(), Length: 2, RKey: rkey2}})
-		if cp := c.h.next(t); cp.Cookie != 22 || cp.Status != driver.StatusSuccess || string(c.buf[:2]) != "ab" {
+		if cp := c.h.next(t); cp.WRID != 22 || cp.Status != driver.StatusSuccess || string(c.buf[:2]) != "ab" {
 			t.Fatalf("read through the rebound window: %+v %q", cp, c.buf[:2])
 		}
 		s.h.none(t)
@@ -189,9 +188,9 @@ func TestBindWindow(t *testing.T) {
 		if err := s.mr.Close(); err != nil {
 			t.Fatalf("deregister after the window's close: %v", err)
 		}
-		c.postSend(t, driver.SendWR{Cookie: 23, Op: driver.OpRDMARead, Flags: driver.SendSignaled, Local: []driver.SGE{c.sge(0, 2)},
+		c.postSend(t, driver.SendWR{ID: 23, Op: driver.OpRDMARead, Flags: driver.SendSignaled, Local: []driver.SGE{c.sge(0, 2)},
 			Remote: driver.RemoteSegment{Addr: s.mr.Addr(), Length: 2, RKey: rkey2}})
-		if cp := c.h.next(t); cp.Cookie != 23 || cp.Status != driver.StatusRemoteAccess {
+		if cp := c.h.next(t); cp.WRID != 23 || cp.Status != driver.StatusRemoteAccess {
 			t.Fatalf("read with a closed window's key: %+v, want a remote access error", cp)
 		}
 	})
@@ -207,12 +206,12 @@ func TestWindowBounds(t *testing.T) {
 			c, s := newEnd(t, d), newWindowEnd(t, d, false)
 			connectPair(t, c, s)
 			w := allocWindow(t, s)
-			rkey, err := s.qp.BindWindow(w, s.mr, s.mr.Addr()+4096, 4096, driver.AccessRemoteWrite|driver.AccessRemoteRead)
+			rkey, err := s.qp.bindWindow(w, s.mr, s.mr.Addr()+4096, 4096, driver.AccessRemoteWrite|driver.AccessRemoteRead)
 			if err != nil {
 				t.Fatal(err)
 			}
 			copy(c.buf, pattern(tc.n, 1))
-			c.postSend(t, driver.SendWR{Cookie: 1, Op: driver.OpRDMAWrite, Flags: driver.SendSignaled, Local: []driver.SGE{c.sge(0, tc.n)},
+			c.postSend(t, driver.SendWR{ID: 1, Op: driver.OpRDMAWrite, Flags: driver.SendSignaled, Local: []driver.SGE{c.sge(0, tc.n)},
 				Remote: driver.RemoteSegment{Addr: s.mr.Addr() + uint64(tc.off), Length: uint32(tc.n), RKey: rkey}})
 			if cp := c.h.next(t); cp.Status != driver.StatusRemoteAccess {
 				t.Errorf("write [%d, +%d) through the window [4096, +4096): %+v, want a remote access error", tc.off, tc.n, cp)
@@ -236,11 +235,11 @@ func TestBindWindowRefused(t *testing.T) {
 		connectPair(t, c, s)
 		w := allocWindow(t, s)
 		s.postRecv(t, 1, 0, 64)
-		rkey, err := s.qp.BindWindow(w, s.mr, s.mr.Addr(), 64, driver.AccessRemoteWrite)
+		rkey, err := s.qp.bindWindow(w, s.mr, s.mr.Addr(), 64, driver.AccessRemoteWrite)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.qp.BindWindow(w, s.mr, s.mr.Addr()+bufSize-16, 64, driver.AccessRemoteWrite); !errors.Is(err, driver.ErrInvalidAddress) {
+		if _, err := s.qp.bindWindow(w, s.mr, s.mr.Addr()+bufSize-16, 64, driver.AccessRemoteWrite); !errors.Is(err, driver.ErrInvalidAddress) {
 			t.Fatalf("bind beyond the region: %v, want ErrInvalidAddress", err)
 		}
 		if got, ok := w.Binding(); !ok || got != rkey {
@@ -249,7 +248,7 @@ func TestBindWindowRefused(t *testing.T) {
 
 		s.ia.lim.windowBoundsByRegion = false // now the device judges
 		start := time.Now()
-		_, err = s.qp.BindWindow(w, s.mr, s.mr.Addr()+bufSize-16, 64, driver.AccessRemoteWrite)
+		_, err = s.qp.bindWindow(w, s.mr, s.mr.Addr()+bufSize-16, 64, driver.AccessRemoteWrite)
 		t.Logf("bind beyond the region: %v (%v)", err, time.Since(start))
 		if !errors.Is(err, driver.ErrAccessRefused) {
 			t.Fatalf("bind beyond the region: %v, want ErrAccessRefused", err)
@@ -263,11 +262,11 @@ func TestBindWindowRefused(t *testing.T) {
 		if err := s.h.disconnected(t); err == nil {
 			t.Error("Disconnected(nil) after a refused bind, want an error")
 		}
-		if rp := s.h.next(t); rp.Cookie != 1 || rp.Status != driver.StatusFlushed {
+		if rp := s.h.next(t); rp.WRID != 1 || rp.Status != driver.StatusFlushed {
 			t.Errorf("receive after the refused bind: %+v, want flushed", rp)
 		}
 		s.h.none(t) // the bind's own completion never reaches the handler
-		if _, err := s.qp.BindWindow(w, s.mr, s.mr.Addr(), 64, driver.AccessRemoteWrite); !errors.Is(err, driver.ErrNotConnected) {
+		if _, err := s.qp.bindWindow(w, s.mr, s.mr.Addr(), 64, driver.AccessRemoteWrite); !errors.Is(err, driver.ErrNotConnected) {
 			t.Errorf("bind on the broken connection: %v, want ErrNotConnected", err)
 		}
 		if err := w.Close(); err != nil {
@@ -292,9 +291,9 @@ func TestBindWindowTimeout(t *testing.T) {
 		c, s := newEnd(t, d), newEnd(t, d)
 		connectPair(t, c, s)
 		w := allocWindow(t, c)
-		c.postSend(t, driver.SendWR{Cookie: 1, Op: driver.OpSend, Flags: driver.SendSignaled, Local: []driver.SGE{c.sge(0, 8)}})
+		c.postSend(t, driver.SendWR{ID: 1, Op: driver.OpSend, Flags: driver.SendSignaled, Local: []driver.SGE{c.sge(0, 8)}})
 		start := time.Now()
-		_, err := c.qp.BindWindow(w, c.mr, c.mr.Addr(), 64, driver.AccessRemoteRead)
+		_, err := c.qp.bindWindow(w, c.mr, c.mr.Addr(), 64, driver.AccessRemoteRead)
 		took := time.Since(start)
 		t.Logf("bind behind a stuck Send: %v after %v", err, took)
 		if !errors.Is(err, context.DeadlineExceeded) {
@@ -309,7 +308,7 @@ func TestBindWindowTimeout(t *testing.T) {
 		if err := c.h.disconnected(t); err == nil {
 			t.Error("Disconnected(nil) after a timed-out bind, want an error")
 		}
-		if cp := c.h.next(t); cp.Cookie != 1 || cp.Status == driver.StatusSuccess {
+		if cp := c.h.next(t); cp.WRID != 1 || cp.Status == driver.StatusSuccess {
 			t.Errorf("the stuck Send: %+v, want an error completion", cp)
 		}
 		c.h.none(t)

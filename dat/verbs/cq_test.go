@@ -1,0 +1,149 @@
+//go:build verbs && linux && cgo
+
+package verbs
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmanet/rdmanet/dat/driver"
+)
+
+// These tests feed the completion mapping work completions built here, so
+// they need no device and run on any host that builds the package.
+
+// hostCQ is a CQ without an ibv_cq: Poll serves its stash only.
+func hostCQ(qps ...*QP) (*CQ, map[uint32]*QP) {
+	c := &CQ{ia: &IA{}, qps: make(map[uint32]*QP)}
+	for i, q := range qps {
+		c.qps[uint32(100+i)] = q
+	}
+	return c, c.qps
+}
+
+// feed maps w as pollLocked does and stashes the result.
+func feed(c *CQ, w wcRec) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if comp, ok := c.mapLocked(w); ok {
+		c.stash = append(c.stash, comp)
+	}
+}
+
+// A dat ID comes back unchanged with the QP's tag, on the right queue
+// even for a flushed completion, which has no opcode; send-side
+// completions count towards the graceful drain.
+func TestMapDatIDs(t *testing.T) {
+	q := &QP{tag: 7}
+	c, _ := hostCQ(q)
+	send, _ := encodeWRID(41, false, &q.esc, wrEscSend)
+	recv, _ := encodeWRID(41, true, &q.esc, wrEscRecv)
+	require.NotEqual(t, send, recv, "one ID on both queues must stay two wr_ids")
+	feed(c, wcRec{wrID: send, status: wcSuccess, opcode: wcOpRDMARead, byteLen: 9, qpNum: 100})
+	feed(c, wcRec{wrID: recv, status: wcFlushErr, opcode: 0xff, qpNum: 100})
+	feed(c, wcRec{wrID: recv, status: wcSuccess, opcode: wcOpRecv, byteLen: 5, qpNum: 100})
+	var dst [8]driver.Completion
+	require.Equal(t, 3, c.Poll(dst[:]))
+	require.Equal(t, []driver.Completion{
+		{WRID: 41, QPTag: 7, Op: driver.OpRDMARead, Length: 9},
+		{WRID: 41, QPTag: 7, Op: driver.OpRecv, Status: driver.StatusFlushed},
+		{WRID: 41, QPTag: 7, Op: driver.OpRecv, Length: 5, Solicited: true},
+	}, dst[:3])
+	require.EqualValues(t, 1, q.sendDone.Load())
+}
+
+// IDs that do not fit a plain wr_id go through the QP's table and come
+// back intact; the table empties as they complete.
+func TestMapEscapedIDs(t *testing.T) {
+	q := &QP{tag: 3}
+	c, _ := hostCQ(q)
+	ids := []uint64{math.MaxUint64, 1 << 62, wrHandleOf(wrMarkSend, 0), wrHandleOf(wrBind, 1)}
+	var wrids []uint64
+	for _, id := range ids {
+		w, idx := encodeWRID(id, false, &q.esc, wrEscSend)
+		require.NotZero(t, idx)
+		require.Equal(t, uint64(wrEscSend), wrKind(w))
+		wrids = append(wrids, w)
+	}
+	require.Equal(t, len(ids), q.esc.len())
+	for _, w := range wrids {
+		feed(c, wcRec{wrID: w, status: wcFlushErr, qpNum: 100})
+	}
+	var dst [8]driver.Completion
+	require.Equal(t, len(ids), c.Poll(dst[:]))
+	for i, id := range ids {
+		require.Equal(t, driver.Completion{WRID: id, QPTag: 3, Op: driver.OpSend, Status: driver.StatusFlushed}, dst[i])
+	}
+	require.Zero(t, q.esc.len())
+}
+
+// Drain markers and binds are the provider's: they set their flags and
+// never reach package dat, even when a dat request carries the same
+// number; completions of QPs no longer on the CQ are dropped.
+func TestMapFiltersProviderRequests(t *testing.T) {
+	q := &QP{tag: 5}
+	bw := &bindWait{seq: 2, done: make(chan struct{})}
+	q.bind.Store(bw)
+	c, _ := hostCQ(q)
+	feed(c, wcRec{wrID: 0, status: wcFlushErr, qpNum: 100})                              // dat's ID 0
+	feed(c, wcRec{wrID: wrHandleOf(wrMarkSend, 0), status: wcFlushErr, qpNum: 100})      // marker
+	feed(c, wcRec{wrID: wrHandleOf(wrBind, 1), status: wcSuccess, qpNum: 100})           // a stale bind
+	feed(c, wcRec{wrID: wrHandleOf(wrBind, 2), status: wcRemAccess, qpNum: 100})         // the bind
+	feed(c, wcRec{wrID: wrHandleOf(wrMarkRecv, 0), status: wcFlushErr, qpNum: 100})      // marker
+	feed(c, wcRec{wrID: 2 | wrRecvBit, status: wcSuccess, opcode: wcOpRecv, qpNum: 101}) // no such QP
+	require.True(t, q.marked[0].Load())
+	require.True(t, q.marked[1].Load())
+	select {
+	case <-bw.done:
+		require.EqualValues(t, wcRemAccess, bw.status)
+	default:
+		t.Fatal("the bind's completion did not reach its waiter")
+	}
+	var dst [8]driver.Completion
+	require.Equal(t, 1, c.Poll(dst[:]))
+	require.Equal(t, driver.Completion{WRID: 0, QPTag: 5, Op: driver.OpSend, Status: driver.StatusFlushed}, dst[0])
+	require.EqualValues(t, 4, q.sendDone.Load(), "dat's request, the send marker and both binds")
+}
+
+// SRQ receives take the consuming QP's tag, their IDs from the SRQ's
+// table when escaped, and count down the SRQ's posted receives.
+func TestMapSRQ(t *testing.T) {
+	s := &SRQ{}
+	a, b := &QP{tag: 1, srq: s}, &QP{tag: 2, srq: s}
+	c, _ := hostCQ(a, b)
+	w1, _ := encodeWRID(10, true, &s.esc, wrEscSRQ)
+	w2, _ := encodeWRID(math.MaxUint64, true, &s.esc, wrEscSRQ)
+	s.posted.Store(2)
+	feed(c, wcRec{wrID: w1, status: wcSuccess, opcode: wcOpRecv, byteLen: 3, qpNum: 101})
+	feed(c, wcRec{wrID: w2, status: wcSuccess, opcode: wcOpRecv, byteLen: 4, qpNum: 100})
+	var dst [4]driver.Completion
+	require.Equal(t, 2, c.Poll(dst[:]))
+	require.Equal(t, driver.Completion{WRID: 10, QPTag: 2, Op: driver.OpRecv, Length: 3, Solicited: true}, dst[0])
+	require.Equal(t, driver.Completion{WRID: math.MaxUint64, QPTag: 1, Op: driver.OpRecv, Length: 4, Solicited: true}, dst[1])
+	require.Zero(t, s.Posted())
+	require.Zero(t, s.esc.len())
+}
+
+// Poll hands out the stash oldest first, in pieces as small as dst.
+func TestPollStashOrder(t *testing.T) {
+	q := &QP{tag: 9}
+	c, _ := hostCQ(q)
+	for id := uint64(0); id < 5; id++ {
+		feed(c, wcRec{wrID: id | wrRecvBit, status: wcSuccess, opcode: wcOpRecv, qpNum: 100})
+	}
+	var got []uint64
+	for {
+		var dst [2]driver.Completion
+		n := c.Poll(dst[:])
+		for _, x := range dst[:n] {
+			got = append(got, x.WRID)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	require.Equal(t, []uint64{0, 1, 2, 3, 4}, got)
+	require.Zero(t, c.Poll(make([]driver.Completion, 1)))
+}
