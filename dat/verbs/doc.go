@@ -17,22 +17,29 @@
 // device (ibv_context) and port; an address on no RDMA device is
 // driver.ErrInvalidAddress.
 //
-// # Event loops
+// # Completions and event loops
 //
-// Each IA has one rdma_event_channel and one ibv_comp_channel; each device
-// (ibv_context, which librdmacm shares among its ids) has one async event
-// reader, refcounted across IAs. Every such fd is made non-blocking, a
-// duplicate is wrapped in an *os.File, and one goroutine waits in Go's
-// netpoller (RawConn.Read) until it is readable: no thread sleeps in C and
-// nothing spins. The goroutine takes every queued event inside one cgo
-// call per event that copies it and acknowledges it at once (so
-// rdma_destroy_id, ibv_destroy_cq and ibv_destroy_srq never wait for Go),
-// then dispatches outside the fd's lock. C context fields hold integer
-// registry keys, never Go pointers; events are routed by key, and a key
-// whose owner is gone is dropped. A CONNECT_REQUEST's new id gets its own
-// key before the event is acked. Close of the IA stops its loops and
-// waits for them; handler calls run on a per-QP delivery goroutine that
-// exists only while events are queued.
+// Completions take no goroutine of the provider. Each CQ has its own
+// ibv_comp_channel; package dat's waiter polls the CQ (CQ.Poll maps each
+// ibv_wc to a driver.Completion inside the caller's goroutine) and, when
+// there is nothing, calls CQ.Wait, which arms the CQ, polls once more
+// (a completion that arrived just before the arming raises no event), and
+// then sleeps in Go's netpoller on a non-blocking duplicate of the
+// channel's fd (RawConn.Read). The deadline and Interrupt work through the
+// file's read deadline; Close closes the file, which ends a Wait and
+// waits for it to leave before the CQ and channel are destroyed. Events
+// are taken and acked as soon as the fd is readable.
+//
+// The connection's control path keeps its goroutines: each IA has one
+// rdma_event_channel, and each device (ibv_context, which librdmacm
+// shares among its ids) one async event reader, refcounted across IAs.
+// Each runs in the netpoller the same way and takes every queued event
+// inside one cgo call per event that copies and acknowledges it (so
+// rdma_destroy_id and ibv_destroy_srq never wait for Go), then dispatches
+// outside the fd's lock. C context fields hold integer registry keys,
+// never Go pointers; events are routed by key, and a key whose owner is
+// gone is dropped. A CONNECT_REQUEST's new id gets its own key before the
+// event is acked.
 //
 // # Memory registration and the cgo rules
 //
@@ -62,39 +69,74 @@
 //
 // # QPs, connections and accept
 //
-// A QP's verbs objects live per connection. Connect creates an rdma_cm id
+// A QP connects once (package dat makes a new QP to connect again). Its
+// verbs objects exist for that connection: Connect creates an rdma_cm id
 // (RDMA_PS_TCP) on the IA channel, resolves address and route (2000 ms
-// each), creates one CQ for both queues on the IA's completion channel and
-// an RC QP on the id (rdma_create_qp), posts the receives queued while
-// there was no QP, and calls rdma_connect (responder_resources = IRD,
-// initiator_depth = ORD, retry 7, RNR retry 7). Request.Accept builds the
-// CQ and QP the same way directly on the request's own id, so nothing is
-// migrated between ids (DAPL instead moves the EP's QP to the request id),
-// then calls rdma_accept with depths min(QP's, requester's). Reset and
-// Close destroy QP, CQ and id; the next connection gets fresh ones, as
-// DAPL's dat_ep_reset does. Modify applies to the next connection.
+// each), creates an RC QP on the id (rdma_create_qp) on the configured
+// send and receive CQs, posts the receives queued while there was no QP,
+// and calls rdma_connect (responder_resources = IRD, initiator_depth =
+// ORD, retry 7, RNR retry 7). Request.Accept builds the QP the same way
+// directly on the request's own id, so nothing is migrated between ids
+// (DAPL instead moves the EP's QP to the request id), then calls
+// rdma_accept with depths min(QP's, requester's). Modify applies until
+// the QP connects.
 //
-// # Completion pairing
+// # Completions: IDs, tags and CQ sizes
 //
-// Package dat pairs completions with posts per queue in post order and
-// needs exactly one Completion per posted request, flushes included. So
-// every send-side request is posted signalled (sq_sig_all), and the
-// Completion's Signaled flag reports whether the poster asked for one. Each
-// queue keeps a FIFO of what was posted (cookie, opcode, requested flag,
-// length); wr_id carries the queue and a sequence number, which is checked
-// against the FIFO head, because a failed work completion has no opcode.
-// Kernel siw completes a Send or Write ahead of an RDMA Read posted before
-// it (the Read completes when its Response arrives); such a completion is
-// held until every earlier request has completed (reorder.go), so the
-// handler still sees post order.
-// A request posted on a dead connection completes flushed only after the
-// device completed everything ahead of it; teardown moves the QP to the
-// error state, waits for the device's flushes (bounded), and completes
-// whatever is left as flushed itself before Reset or Close return. A
-// failed request (not a flush) on an established connection means the QP
-// is in the error state: the connection is reported broken
-// (Disconnected(err)) and rdma_disconnect tells the peer. SRQ receives
-// complete on the consuming QP's CQ and are reported by that QP's handler.
+// Package dat numbers its requests, restores their post order and flushes
+// what a connection left unfinished, so the provider only maps: a
+// Completion carries the ID the request was posted with and the Tag of
+// the QP, which the CQ finds from the work completion's qp_num (for SRQ
+// receives, the QP that consumed the receive). Two things cannot come from
+// dat's ID alone and are encoded in the wr_id the device carries (see
+// wrid.go): the queue, because dat picks it by the Completion's Op and a
+// failed or flushed verbs completion has no opcode (Op is then OpRecv or
+// OpSend), and whether the request is the provider's own (a drain marker,
+// a window bind), whose completions never reach dat. A dat ID that does
+// not fit in 62 bits goes through a table of the QP, so no dat ID can be
+// taken for a provider request, whatever dat chooses.
+//
+// Every send-side request is posted signalled (sq_sig_all): package dat
+// takes the completion of a request it posted unsignalled like any other,
+// and a graceful disconnect counts completions against posts to know the
+// send queue has drained. Length is the device's byte_len: the message
+// length for receives, the request's length on the send side as rxe and
+// siw report it.
+//
+// A CQ never loses a completion: each QP attached reserves its queue
+// depths (plus the provider's own requests: a bind and a marker on the
+// send queue, a marker on the receive queue; for an SRQ the SRQ's whole
+// depth), and the ibv_cq grows with ibv_resize_cq when they exceed it.
+// siw cannot resize a CQ, so there every CQ is made with 4096 entries
+// (or the device's maximum) up front and a QP beyond that is refused with
+// ErrResources.
+//
+// # Quiescence
+//
+// Disconnect and Close return, and OnDisconnect is called, only once the
+// QP is quiescent: the device touches no posted memory and every
+// completion it made for the QP can be polled. The QP goes to the error
+// state, a drain marker is posted to each of its queues, and the CQs are
+// polled into a stash, which Poll returns before the device's queue,
+// until both markers' flushes came back: a queue in the error state
+// completes in order, so everything before a marker has completed by
+// then. The wait is bounded (2 s; siw sometimes never completes a request
+// posted to a QP in the error state). Then the QP is destroyed, with the
+// CQs locked and polled before and after (some devices drop a destroyed
+// QP's entries from its CQ, and its number may be reused at once), after
+// which the device produces nothing more for it. Flushes of dat's requests
+// reach dat like other completions; dat ignores those of requests it
+// flushed itself. Receives posted before the QP existed, and posts after
+// the connection ended, never reach the device: they are dropped, for dat
+// to flush. The rdma_cm id is destroyed in the background afterwards
+// (below); IA.Close waits for that.
+//
+// A failed request (not a flush) on an established connection means the
+// device moved the QP to the error state: the connection is reported
+// broken (OnDisconnect(err), from a goroutine of the provider, never from
+// inside Poll) and rdma_disconnect tells the peer. The peer's disconnect
+// (DISCONNECTED) is reported as OnDisconnect(nil), or as broken if the
+// QP is found in the error state then.
 //
 // # Outcomes of Connect
 //
@@ -122,8 +164,8 @@
 // On iWARP, rdma_connect makes the TCP connection synchronously inside the
 // kernel; it runs on its own goroutine so ctx is honoured. rdma_destroy_id
 // of an iWARP id whose MPA request is unanswered blocks in the kernel until
-// the reply or siw's 10 s MPA timeout, so a failed attempt is torn down in
-// the background; Reset and Close of that QP wait for it.
+// the reply or siw's 10 s MPA timeout, so ids are destroyed in the
+// background once their QP is quiescent; IA.Close waits for them.
 //
 // # Private data
 //
@@ -138,21 +180,18 @@
 // # Memory windows
 //
 // DAT RMRs are type 1 ibv_mw windows, offered when the device has them
-// (IBV_DEVICE_MEM_WINDOW and max_mw > 0: rxe yes, siw no, so there
-// IAAttr.MemoryWindows is false and package dat answers
-// DAT_MODEL_NOT_SUPPORTED). Every region is then registered with
-// IBV_ACCESS_MW_BIND. PD.AllocWindow is ibv_alloc_mw, Window.Close
-// ibv_dealloc_mw (the key dies at once, no QP needed), and
-// QP.BindWindow posts ibv_bind_mw to the connection's send queue (a
-// zero-length bind unbinds) and waits for its completion, bounded by
-// bindTimeout. The bind has an entry in the send FIFO like any request,
-// so completion pairing is undisturbed, but its completion is consumed
-// by the waiting BindWindow and never reaches the handler; it counts
-// against MaxSendWR, as DAT counts binds among max_request_dtos. A bind
-// the device refuses (IBV_WC_MW_BIND_ERR) breaks the connection like
-// any failed request; after a failed, flushed or timed-out bind the
-// window's state is unknown, so it is deallocated and replaced by a
-// fresh, unbound one.
+// (IBV_DEVICE_MEM_WINDOW and max_mw > 0: rxe yes, siw no). Only then do
+// the IA's PDs implement driver.WindowAllocator and its QPs
+// driver.WindowBinder, so package dat learns it by type assertion; every
+// region is then registered with IBV_ACCESS_MW_BIND. AllocWindow is
+// ibv_alloc_mw, Window.Close ibv_dealloc_mw (the key dies at once, no QP
+// needed), and BindWindow posts ibv_bind_mw to the connection's send
+// queue (a zero-length bind unbinds), one at a time per QP, in a send
+// queue slot kept for it, and polls the send CQ (into its stash) for the
+// bind's completion, bounded by bindTimeout. A bind the device refuses
+// (IBV_WC_MW_BIND_ERR) breaks the connection like any failed request;
+// after a failed, flushed or timed-out bind the window's state is
+// unknown, so it is deallocated and replaced by a fresh, unbound one.
 //
 // rxe (6.1, measured) checks an access through a window's key against the
 // whole region the window is bound to, not against the window: a Write
