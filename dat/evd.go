@@ -272,6 +272,10 @@ func (e *EVD) popLocked() Event {
 	return ev
 }
 
+// errQueueEmpty is Dequeue's answer on an empty EVD, shared so that a
+// consumer draining its EVD in a loop allocates nothing.
+var errQueueEmpty = newError("dat_evd_dequeue", QueueEmpty, NoSubtype, "")
+
 // Dequeue removes the oldest event without waiting (dat_evd_dequeue). An
 // empty EVD gives DAT_QUEUE_EMPTY. It polls the CQ when the queue is
 // empty.
@@ -292,7 +296,7 @@ func (e *EVD) Dequeue() (Event, error) {
 	if e.n == 0 {
 		e.mu.Unlock()
 		e.reportLost(lost)
-		return Event{}, newError(op, QueueEmpty, NoSubtype, "")
+		return Event{}, errQueueEmpty
 	}
 	ev := e.popLocked()
 	e.mu.Unlock()
@@ -390,8 +394,8 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 		e.reportLost(lost)
 		if first {
 			first = false
-			if policy.Mode != PollEvent {
-				spinUntil = time.Now().Add(policy.spin())
+			if spin := policy.spin(e.ia.attr.Spin); policy.Mode != PollEvent && spin > 0 {
+				spinUntil = time.Now().Add(spin)
 			}
 		}
 		if done != nil {

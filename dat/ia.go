@@ -59,7 +59,7 @@ type IAOptions struct {
 	// (default 16).
 	AsyncEVDQLen int
 	// Poll says how the IA's waiters wait for completions (default:
-	// PollAdaptive with DefaultSpin).
+	// PollAdaptive with the provider's spin).
 	Poll PollPolicy
 }
 

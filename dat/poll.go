@@ -32,28 +32,38 @@ func (m PollMode) String() string {
 	return "PollMode(?)"
 }
 
-// DefaultSpin is how long a PollAdaptive waiter polls before it sleeps.
+// How long a PollAdaptive waiter spins by default is the provider's
+// advice (driver.IAAttr.Spin), because what spinning buys depends on where
+// completions come from:
 //
-// Why this value: a wait that ends within the spin costs no wake-up, and
-// one that does not wastes the spin. The spin must cover a small-message
-// round trip on the fast paths the providers have (loopback iWARP between
-// two processes: 7-10 µs at the minimum, 30 µs at the median on a 2-core
-// machine) but stay far below the cost of a wake-up on slow ones, where
-// spinning cannot help. rsockets' polling_time and cubefs' adaptive poller
-// spin for tens of microseconds for the same reason.
-const DefaultSpin = 50 * time.Microsecond
+//   - From a device (verbs): polling the CQ sees a completion the moment
+//     the device writes it, and a sleeping waiter pays a completion-channel
+//     event and a wake-up instead. A spin that covers a small-message round
+//     trip saves that on every message of a request/response exchange.
+//     rsockets' polling_time and cubefs' adaptive poller spin for tens of
+//     microseconds for the same reason.
+//   - From goroutines of this process (the pure-Go iwarp provider, whose
+//     receive goroutine is woken by the network poller): a spinning waiter
+//     holds a processor, and the Go scheduler polls the network only when
+//     it runs out of runnable work, so the spin delays the very completion
+//     it waits for. Measured in process on 2 cores (BenchmarkPingPong,
+//     64 B): 55-68 µs per round trip spinning 50 µs, 24 µs sleeping at
+//     once. The iwarp provider therefore advises no spin.
 
 // PollPolicy configures how waiters wait. The zero value is PollAdaptive
-// with DefaultSpin.
+// with the provider's spin.
 type PollPolicy struct {
 	Mode PollMode
-	// Spin is PollAdaptive's spin time; zero means DefaultSpin.
+	// Spin is PollAdaptive's spin time; zero means the provider's advice
+	// (IAAttr.Spin in dat_ia_query terms, driver.IAAttr.Spin).
 	Spin time.Duration
 }
 
-func (p PollPolicy) spin() time.Duration {
+// spin is how long a PollAdaptive waiter spins given the provider's
+// advice.
+func (p PollPolicy) spin(advice time.Duration) time.Duration {
 	if p.Spin > 0 {
 		return p.Spin
 	}
-	return DefaultSpin
+	return advice
 }

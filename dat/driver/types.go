@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 )
 
 // IAAttr describes an adapter's limits and capabilities. Package dat uses
@@ -44,6 +45,14 @@ type IAAttr struct {
 	// MaxMR bounds registered regions; MaxMRSize bounds one region.
 	MaxMR     int
 	MaxMRSize uint64
+	// Spin is how long a waiter should poll the adapter's CQs before it
+	// sleeps, when the consumer does not say. Zero means sleep at once:
+	// right for a provider whose completions are produced by goroutines
+	// of this process, which a spinning waiter would keep from the
+	// processor (the Go scheduler checks the network poller only when it
+	// runs out of work). A provider whose completions come from a device
+	// gains from a spin that covers its round trip.
+	Spin time.Duration
 }
 
 // Transport names the wire protocol of an adapter.

@@ -1,0 +1,107 @@
+package dat_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmanet/rdmanet/dat"
+)
+
+// pollSide is a side whose IA waits with the given policy and whose one
+// EVD takes DTO completions and software events.
+func pollSide(t *testing.T, p dat.PollPolicy) side {
+	t.Helper()
+	ia, err := dat.OpenIA(context.Background(), "lo", &dat.IAOptions{Poll: p})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, ia.Close(dat.CloseAbrupt)) })
+	pz, err := ia.CreatePZ()
+	require.NoError(t, err)
+	evd, err := ia.CreateEVD(64, dat.EVDDefault|dat.EVDSoftware)
+	require.NoError(t, err)
+	return side{ia: ia, pz: pz, evd: evd}
+}
+
+// Every poll policy delivers the same events: a Send/Recv ping-pong in
+// which each side waits for each completion, a wait that times out, and a
+// wait ended by a software event posted while it sleeps or spins.
+func TestPollPolicies(t *testing.T) {
+	for _, p := range []dat.PollPolicy{
+		{}, // the provider's advice
+		{Mode: dat.PollAdaptive, Spin: 200 * time.Microsecond},
+		{Mode: dat.PollBusy},
+		{Mode: dat.PollEvent},
+	} {
+		t.Run(fmt.Sprintf("%v/spin=%v", p.Mode, p.Spin), func(t *testing.T) {
+			c, s := pollSide(t, p), pollSide(t, p)
+			attr := xferAttr(0, 0)
+			cep, err := c.ia.CreateEP(c.pz, c.evd, c.evd, c.evd, attr)
+			require.NoError(t, err)
+			sep, err := s.ia.CreateEP(s.pz, s.evd, s.evd, s.evd, attr)
+			require.NoError(t, err)
+			psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
+			require.NoError(t, err)
+			defer psp.Free()
+			cm := register(t, c, c.pz, 128, dat.MemPrivLocalWrite)
+			sm := register(t, s, s.pz, 128, dat.MemPrivLocalWrite)
+			require.NoError(t, cep.PostRecv([]dat.LMRTriplet{cm.seg(64, 64)}, 1, dat.CompletionDefault))
+			require.NoError(t, sep.PostRecv([]dat.LMRTriplet{sm.seg(64, 64)}, 1, dat.CompletionDefault))
+			require.NoError(t, cep.Connect(loopback, psp.Qual(), dat.TimeoutOf(eventWait), nil, dat.QoSBestEffort, dat.ConnectDefault))
+			ev := waitFor(t, s.evd, dat.ConnectionRequestEvent)
+			require.NoError(t, ev.CR.CR.Accept(sep, nil))
+			waitFor(t, s.evd, dat.ConnectionEventEstablished)
+			waitFor(t, c.evd, dat.ConnectionEventEstablished)
+
+			// next waits for the next DTO completion, with the policy's
+			// wait, and checks it.
+			next := func(e *dat.EVD, op dat.DTOOp, cookie uint64) dat.DTOCompletion {
+				t.Helper()
+				ev, _, err := e.Wait(dat.TimeoutOf(eventWait), 1)
+				require.NoError(t, err)
+				require.Equal(t, dat.DTOCompletionEvent, ev.Number)
+				require.Equal(t, dat.DTOSuccess, ev.DTO.Status)
+				require.Equal(t, op, ev.DTO.Op)
+				require.Equal(t, cookie, ev.DTO.Cookie)
+				return ev.DTO
+			}
+			for i := range 50 {
+				cm.buf[0] = byte(i)
+				require.NoError(t, cep.PostSend([]dat.LMRTriplet{cm.seg(0, 8)}, 2, dat.CompletionDefault))
+				next(c.evd, dat.DTOSend, 2)
+				require.Equal(t, uint32(8), next(s.evd, dat.DTOReceive, 1).Length)
+				require.Equal(t, byte(i), sm.buf[64])
+				require.NoError(t, sep.PostRecv([]dat.LMRTriplet{sm.seg(64, 64)}, 1, dat.CompletionDefault))
+				sm.buf[0] = byte(i) + 100
+				require.NoError(t, sep.PostSend([]dat.LMRTriplet{sm.seg(0, 8)}, 2, dat.CompletionDefault))
+				next(s.evd, dat.DTOSend, 2)
+				next(c.evd, dat.DTOReceive, 1)
+				require.Equal(t, byte(i)+100, cm.buf[64])
+				require.NoError(t, cep.PostRecv([]dat.LMRTriplet{cm.seg(64, 64)}, 1, dat.CompletionDefault))
+			}
+
+			_, n, err := c.evd.Wait(dat.TimeoutOf(2*time.Millisecond), 1)
+			requireCode(t, err, dat.TimeoutExpired, dat.NoSubtype)
+			require.Zero(t, n)
+
+			done := make(chan error, 1)
+			go func() {
+				ev, _, err := c.evd.Wait(dat.TimeoutOf(eventWait), 1)
+				if err == nil && ev.Number != dat.SoftwareEvent {
+					err = fmt.Errorf("woke with %v", ev.Number)
+				}
+				done <- err
+			}()
+			for {
+				if p, err := c.evd.Query(); err == nil && p.Waiting {
+					break
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+			require.NoError(t, c.evd.PostSE("wake"))
+			require.NoError(t, <-done)
+		})
+	}
+}
