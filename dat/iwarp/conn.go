@@ -346,10 +346,14 @@ func (c *connection) finish(rx *receiver, reason error) {
 
 // dropLocked forgets every unfinished work request without completing it
 // (the driver contract leaves flushing to package dat) and every reference
-// to registered memory. Called with q.mu held, by the receiver goroutine
+// to registered memory. A receive taken from an SRQ for a Send that never
+// finished goes back to the SRQ instead: it is the SRQ's, not the QP's. Called with q.mu held, by the receiver goroutine
 // in its teardown, once no writer is left.
 func (c *connection) dropLocked(rx *receiver) {
 	q := c.q
+	if rx.haveRecv && c.srq != nil {
+		c.srq.requeue(rx.recv)
+	}
 	rx.dropRecv()
 	rx.rd = nil
 	if c.srq == nil {
