@@ -14,8 +14,9 @@ import (
 	"github.com/rdmanet/rdmanet/dat"
 )
 
-// The connection life cycle of spec/dat-endpoint.md §4.1–4.3, row by row,
-// with the returns of §6.1.
+// The EP connection life cycle, transition by transition: creation,
+// reservation and the passive side, the active side, then teardown and
+// reuse, with the synchronous returns of each call.
 
 // connectTo is dat_ep_connect to qual on loopback with best-effort QoS and
 // default flags.
@@ -63,7 +64,7 @@ func pattern(n int) []byte {
 	return b
 }
 
-// §4.1/§4.2: "dat_ep_connect ... accepted ⇒ ACTIVE_CONNECTION_PENDING",
+// Active side: "dat_ep_connect ... accepted ⇒ ACTIVE_CONNECTION_PENDING",
 // "remote Consumer accepts ⇒ CONNECTED, E: ESTABLISHED with the accepting
 // side's private data"; the consumer-flag PSP request carries the
 // requester's private data, address and the PSP, and no EP; on the passive
@@ -145,7 +146,7 @@ func TestPrivateDataTooLong(t *testing.T) {
 	require.Equal(t, pattern(max), est.Conn.PrivateData)
 }
 
-// §4.2: "remote Consumer rejects (dat_cr_reject) ⇒ DISCONNECTED, E:
+// Active side: "remote Consumer rejects (dat_cr_reject) ⇒ DISCONNECTED, E:
 // PEER_REJECTED (DAT 2.0/DAPL: carries reject private data)".
 func TestConnectPeerRejected(t *testing.T) {
 	c, s := newSide(t, "lo"), newSide(t, "lo")
@@ -168,7 +169,7 @@ func TestConnectPeerRejected(t *testing.T) {
 	}
 }
 
-// §4.2: "nobody listening on the qualifier ⇒ DISCONNECTED, E:
+// Active side: "nobody listening on the qualifier ⇒ DISCONNECTED, E:
 // NON_PEER_REJECTED".
 func TestConnectNonPeerRejected(t *testing.T) {
 	c, s := newSide(t, "lo"), newSide(t, "lo")
@@ -191,7 +192,7 @@ func silentPeer(t *testing.T) *rawPeer {
 	})
 }
 
-// §4.2: "consumer timeout (µs) expires first ⇒ DISCONNECTED, E:
+// Active side: "consumer timeout (µs) expires first ⇒ DISCONNECTED, E:
 // TIMED_OUT"; "remote host unreachable, or no response ⇒ DISCONNECTED, E:
 // UNREACHABLE" (the provider's reply timeout, 1 s on lo-fast).
 func TestConnectTimeouts(t *testing.T) {
@@ -219,8 +220,8 @@ func TestConnectTimeouts(t *testing.T) {
 	}
 }
 
-// Synchronous returns of dat_ep_connect (§4.2, §6.1): an invalid call
-// leaves the EP UNCONNECTED.
+// Synchronous returns of dat_ep_connect: an invalid call leaves the EP
+// UNCONNECTED.
 func TestConnectReturns(t *testing.T) {
 	c, s := newSide(t, "lo"), newSide(t, "lo")
 	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
@@ -263,8 +264,8 @@ func TestConnectReturns(t *testing.T) {
 	requireCode(t, err, dat.QueueEmpty, 0)
 }
 
-// §4.2: "≠ UNCONNECTED: connect ⇒ unchanged, R: DAT_INVALID_STATE", with
-// the subtype naming the EP's state (§6: dapls_ep_state_subtype).
+// Active side: "≠ UNCONNECTED: connect ⇒ unchanged, R: DAT_INVALID_STATE", with
+// the subtype naming the EP's state (as DAPL's dapls_ep_state_subtype maps it).
 func TestConnectInvalidState(t *testing.T) {
 	for _, st := range reachableStates {
 		if st.state == dat.EPUnconnected {
@@ -279,7 +280,8 @@ func TestConnectInvalidState(t *testing.T) {
 	}
 }
 
-// stateSubtype is §6's "state subtype for an EP in state S".
+// stateSubtype is the state subtype DAPL's dapls_ep_state_subtype gives
+// for an EP in state S.
 var stateSubtype = map[dat.EPState]dat.Subtype{
 	dat.EPUnconnected:                dat.StateEPUnconnected,
 	dat.EPReserved:                   dat.StateEPReserved,
@@ -292,7 +294,7 @@ var stateSubtype = map[dat.EPState]dat.Subtype{
 	dat.EPCompletionPending:          dat.StateEPComplPending,
 }
 
-// §4.3: "CONNECTED: dat_ep_disconnect(GRACEFUL) ⇒ DISCONNECT_PENDING →
+// Teardown: "CONNECTED: dat_ep_disconnect(GRACEFUL) ⇒ DISCONNECT_PENDING →
 // DISCONNECTED, E: DISCONNECTED"; the peer, closed cleanly, sees
 // DISCONNECTED too (not BROKEN). Either side may start it.
 func TestDisconnectGraceful(t *testing.T) {
@@ -325,7 +327,7 @@ func TestDisconnectGraceful(t *testing.T) {
 	}
 }
 
-// §4.3: abrupt disconnect ⇒ DISCONNECTED at once with a local DISCONNECTED
+// Teardown: abrupt disconnect ⇒ DISCONNECTED at once with a local DISCONNECTED
 // event; the peer learns the connection ended.
 func TestDisconnectAbrupt(t *testing.T) {
 	c, s := newSide(t, "lo"), newSide(t, "lo")
@@ -341,7 +343,7 @@ func TestDisconnectAbrupt(t *testing.T) {
 	require.Equal(t, dat.EPDisconnected, state(t, sep))
 }
 
-// §4.3: dat_ep_disconnect on a DISCONNECTED EP "has no effect": success and
+// Teardown: dat_ep_disconnect on a DISCONNECTED EP "has no effect": success and
 // no event; DAT_INVALID_STATE in UNCONNECTED, RESERVED, PASSIVE_CP and
 // TENTATIVE_CP; bad flags are DAT_INVALID_PARAMETER.
 func TestDisconnectStates(t *testing.T) {
@@ -413,7 +415,7 @@ func newGatedPeer(t *testing.T) *gatedPeer {
 	return g
 }
 
-// §4.3 (dat.EP.Disconnect): "ACTIVE_CONNECTION_PENDING: establishment is
+// Teardown (dat.EP.Disconnect): "ACTIVE_CONNECTION_PENDING: establishment is
 // aborted, DISCONNECTED with a DISCONNECTED event" — and an answer that
 // arrives afterwards does not establish the connection.
 func TestDisconnectAbortsActiveConnectionPending(t *testing.T) {
@@ -453,7 +455,7 @@ func closeName(f dat.CloseFlags) string {
 	return "DAT_CLOSE_ABRUPT"
 }
 
-// §4.3 dat_ep_reset: DISCONNECTED ⇒ UNCONNECTED, and the EP can connect
+// Reuse, dat_ep_reset: DISCONNECTED ⇒ UNCONNECTED, and the EP can connect
 // again; on UNCONNECTED it does nothing; any other state is
 // DAT_INVALID_STATE.
 func TestReset(t *testing.T) {
@@ -516,7 +518,7 @@ func TestReset(t *testing.T) {
 	}
 }
 
-// §4.3 / §6.1 dat_ep_free: DAT_INVALID_STATE in RESERVED, PASSIVE_CP and
+// dat_ep_free: DAT_INVALID_STATE in RESERVED, PASSIVE_CP and
 // TENTATIVE_CP; an EP in any other state is freed, a connection torn down
 // (the peer sees DISCONNECTED or BROKEN).
 func TestEPFreeStates(t *testing.T) {
@@ -552,7 +554,7 @@ func TestEPFreeStates(t *testing.T) {
 	})
 }
 
-// §4.3: a peer closing an established connection cleanly gives the local
+// Teardown: a peer closing an established connection cleanly gives the local
 // EP a DISCONNECTED event (BROKEN is for failures).
 func TestPeerClosesConnection(t *testing.T) {
 	t.Run("a DAT peer disconnects gracefully", func(t *testing.T) {
@@ -617,7 +619,7 @@ func TestPeerClosesConnection(t *testing.T) {
 	})
 }
 
-// §4.1 RSP rows: dat_rsp_create ⇒ RESERVED; dat_rsp_free ⇒ UNCONNECTED; a
+// Reservation: dat_rsp_create ⇒ RESERVED; dat_rsp_free ⇒ UNCONNECTED; a
 // request ⇒ PASSIVE_CONNECTION_PENDING with sp_handle NULL "because the
 // RSP is destroyed by this event" and CR local_ep_handle = the EP; accept
 // with DAT_HANDLE_NULL; reject ⇒ UNCONNECTED; EP not UNCONNECTED ⇒
@@ -721,10 +723,11 @@ func TestRSP(t *testing.T) {
 	})
 }
 
-// §4.1: a request on a PSP with DAT_PSP_PROVIDER_FLAG comes with a
-// provider EP in TENTATIVE_CONNECTION_PENDING "created with NULL attrs";
-// accept needs it configured (DAT_INVALID_STATE/EP_NOTREADY without a PZ,
-// spec §9); reject returns it to the provider, which frees it.
+// A request on a PSP with DAT_PSP_PROVIDER_FLAG comes with a provider EP
+// in TENTATIVE_CONNECTION_PENDING, created with default attributes and no
+// PZ; accept needs it configured (DAT_INVALID_STATE/EP_NOTREADY without a
+// PZ, as for any EP created without one); reject returns it to the
+// provider, which frees it.
 func TestPSPProvider(t *testing.T) {
 	request := func(t *testing.T, c, s side) (cep, pep *dat.EP, cr *dat.CR) {
 		psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPProvider, nil)
@@ -794,7 +797,7 @@ func TestPSPProvider(t *testing.T) {
 	})
 }
 
-// §4.1 and §6.1 dat_cr_accept for a consumer-flag PSP: the EP must be
+// Passive side, dat_cr_accept for a consumer-flag PSP: the EP must be
 // given (DAT_INVALID_HANDLE), live and of the CR's IA (DAT_INVALID_HANDLE),
 // UNCONNECTED (DAT_INVALID_STATE) and ready (EP_NOTREADY); a CR is consumed
 // by accept or reject, and using it again is DAT_INVALID_HANDLE/CR. Failed
@@ -905,8 +908,9 @@ func TestPSPCreate(t *testing.T) {
 }
 
 // PSPOptions.Backlog: "Requests beyond it are refused and their
-// initiators see DAT_CONNECTION_EVENT_NON_PEER_REJECTED" (§4.2 "SP backlog
-// full"); settling a request frees its slot.
+// initiators see DAT_CONNECTION_EVENT_NON_PEER_REJECTED" (on the active
+// side a full SP backlog is a non-peer reject); settling a request frees
+// its slot.
 func TestPSPBacklog(t *testing.T) {
 	c, s := newSide(t, "lo"), newSide(t, "lo")
 	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, &dat.PSPOptions{Backlog: 1})
@@ -976,7 +980,7 @@ func TestPSPSharePort(t *testing.T) {
 	requirePD(t, c.ia, []byte("seen"), rej.Conn.PrivateData)
 }
 
-// §4.3 DISCONNECT_PENDING: a graceful disconnect waits for the peer's
+// Teardown, DISCONNECT_PENDING: a graceful disconnect waits for the peer's
 // close; meanwhile another graceful disconnect "has no effect", connect and
 // reset are DAT_INVALID_STATE/EP_DISCPENDING, and an abrupt disconnect
 // ends it at once with one DISCONNECTED event.
@@ -1008,7 +1012,7 @@ func TestDisconnectPending(t *testing.T) {
 	requireNothingQueued(t, c.evd)
 }
 
-// §4.1: "COMPLETION_PENDING | transport cannot complete (active side gone)
+// Passive side: "COMPLETION_PENDING | transport cannot complete (active side gone)
 // ⇒ DISCONNECTED, E: ACCEPT_COMPLETION_ERROR".
 func TestAcceptCompletionError(t *testing.T) {
 	s := newSide(t, "lo")

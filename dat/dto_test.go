@@ -35,10 +35,11 @@ func (r region) remote(off, n int) dat.RMRTriplet {
 	return dat.RMRTriplet{Addr: r.p.Addr + uint64(off), Length: uint32(n), Context: r.p.RMRContext}
 }
 
-// Local segment checks of dat_ep_post_recv / dat_ep_post_send (spec §6.1):
-// "DAT_PROTECTION_VIOLATION (LMR PZ ≠ EP PZ), DAT_PRIVILEGES_VIOLATION (LMR
-// invalid / no local access)", "DAT_INVALID_PARAMETER: IOV outside its
-// LMR", DAT_LENGTH_ERROR beyond the EP's message size.
+// Local segment checks of dat_ep_post_recv / dat_ep_post_send ([MAN12]):
+// DAT_PROTECTION_VIOLATION when the LMR's PZ is not the EP's,
+// DAT_PRIVILEGES_VIOLATION for an invalid LMR or one without local access,
+// DAT_INVALID_PARAMETER for an IOV outside its LMR, and DAT_LENGTH_ERROR
+// beyond the EP's message size.
 func TestDTOLocalSegmentRules(t *testing.T) {
 	s := newSide(t, "lo")
 	ep := s.ep(t)
@@ -172,7 +173,8 @@ func TestDTOFlushWhenDisconnected(t *testing.T) {
 
 // "Receive buffers cannot be posted to the created Endpoint. Receive
 // buffers must be posted to the SRQ" ([SEED-srq]); the project's error is
-// DAT_INVALID_STATE (spec §12.6). SRQ posts must use the SRQ's PZ.
+// DAT_INVALID_STATE, as the package documentation decides (the seed gives
+// no code). SRQ posts must use the SRQ's PZ.
 func TestSeedSRQNoRecvOnEP(t *testing.T) {
 	s, srq := srqFixture(t, "lo")
 	ep, err := s.ia.CreateEPWithSRQ(s.pz, s.evd, s.evd, s.evd, srq, srqAttr())

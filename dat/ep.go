@@ -76,6 +76,12 @@ type attempt struct {
 // A nil attr takes provider defaults, which Query reports. pz may be nil;
 // the EP then cannot connect or accept until Modify sets one
 // (DAT_INVALID_STATE/EP_NOTREADY).
+//
+// EP completion streams sharing an EVD must have compatible completion
+// flags (DAT_INVALID_PARAMETER otherwise). In particular an EVD that also
+// carries connection, CR or software events (one created with EVDSoftware)
+// only takes streams whose flags are CompletionEVDThreshold (or
+// CompletionDefault, which means the same).
 func (ia *IA) CreateEP(pz *PZ, recv, req, conn *EVD, attr *EPAttr) (*EP, error) {
 	return ia.createEP("dat_ep_create", pz, recv, req, conn, nil, attr)
 }
@@ -147,7 +153,10 @@ func (ia *IA) createEP(op string, pz *PZ, recv, req, conn *EVD, srq *SRQ, attr *
 	return ep, nil
 }
 
-// checkEPHandles validates the handles an EP is built from. Callers hold
+// checkEPHandles validates the handles an EP is built from, giving
+// DAT_INVALID_HANDLE with the subtype naming the bad handle, as
+// dat_ep_create does for its handle arguments. Modify reuses it and turns
+// those errors into DAT_INVALID_PARAMETER (handleAsParameter). Callers hold
 // ia.mu.
 func (ia *IA) checkEPHandles(op string, pz *PZ, recv, req, conn *EVD, srq *SRQ) error {
 	if pz != nil {

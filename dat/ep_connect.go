@@ -120,7 +120,9 @@ func (ep *EP) startConnectLocked(op string, remote netip.Addr, qual ConnQual, ti
 }
 
 // connectDone turns the provider's connect outcome into the EP transition
-// and connection event of spec/dat-endpoint.md §4.2.
+// and connection event of the active side: CONNECTED with ESTABLISHED (and
+// the peer's accept data) on success; otherwise DISCONNECTED with
+// PEER_REJECTED, NON_PEER_REJECTED, UNREACHABLE or TIMED_OUT.
 func (ep *EP) connectDone(a *attempt, qp driver.QP, res driver.ConnectResult, err error, timed bool) {
 	ia := ep.ia
 	ia.mu.Lock()

@@ -1,6 +1,7 @@
 package dat
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 )
@@ -10,8 +11,11 @@ import (
 // parameter × state table of dat_ep_modify(3DAT) (see modifyTable):
 // a field that can never change gives DAT_INVALID_PARAMETER, a field that
 // cannot change in the EP's current state DAT_INVALID_STATE, and an invalid
-// new value DAT_INVALID_PARAMETER. Either every masked field changes or
-// none does.
+// new value DAT_INVALID_PARAMETER. DAT_INVALID_HANDLE is only for an invalid
+// ep itself: an invalid PZ or EVD in p (freed, of another IA, or an EVD
+// lacking the flag its stream needs) is DAT_INVALID_PARAMETER/ARG3, where
+// dat_ep_create would give DAT_INVALID_HANDLE. Either every masked field
+// changes or none does.
 func (ep *EP) Modify(mask EPParamMask, p *EPParam) error {
 	const op = "dat_ep_modify"
 	if err := ep.lock(op); err != nil {
@@ -67,7 +71,7 @@ func (ep *EP) Modify(mask EPParamMask, p *EPParam) error {
 	}
 	applyAttrMask(&a, mask, &p.Attr)
 	if err := ia.checkEPHandles(op, pz, recv, req, conn, nil); err != nil {
-		return err
+		return handleAsParameter(err, 3)
 	}
 	if ep.srq != nil && pz != nil && pz != ep.srq.pz && !ia.attr.SRQPDDifference {
 		return newError(op, InvalidParameter, Arg(3), "the new PZ differs from the SRQ's and the provider lacks srq_ep_pz_difference_support")
@@ -121,6 +125,39 @@ func (ep *EP) Modify(mask EPParamMask, p *EPParam) error {
 		return providerError(op, err)
 	}
 	return nil
+}
+
+// handleAsParameter turns the DAT_INVALID_HANDLE that the EP-creation
+// handle checks give into DAT_INVALID_PARAMETER/DAT_INVALID_ARGn. For
+// dat_ep_modify, DAT_INVALID_HANDLE means an invalid ep_handle only; a PZ
+// or EVD inside ep_param that is freed, belongs to another IA or lacks the
+// EVD flag its stream needs (DTO for the recv and request EVDs, CONNECTION
+// for the connect EVD) is an invalid parameter. The detail names the
+// offending field of ep_param.
+func handleAsParameter(err error, arg int) error {
+	var de *Error
+	if !errors.As(err, &de) || de.Code.Type() != InvalidHandle {
+		return err
+	}
+	var field string
+	switch sub := de.Code.Subtype(); sub {
+	case HandlePZ:
+		field = "PZ"
+	case HandleEVDRecv:
+		field = "recv EVD"
+	case HandleEVDRequest:
+		field = "request EVD"
+	case HandleEVDConn:
+		field = "connect EVD"
+	default:
+		field = sub.String()
+	}
+	return &Error{
+		Code:   ClassError | InvalidParameter | Return(Arg(arg)),
+		Op:     de.Op,
+		Detail: fmt.Sprintf("ep_param %s: %s", field, de.Detail),
+		Err:    de.Err,
+	}
 }
 
 func ruleName(bit EPParamMask, r modifyRule, ok bool) string {

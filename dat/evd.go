@@ -464,7 +464,16 @@ func (e *EVD) giveUp(err *Error) (Event, int, error) {
 }
 
 // PostSE posts a software event carrying data (dat_evd_post_se). The EVD
-// must have been created with EVDSoftware.
+// must have been created with EVDSoftware (DAT_INVALID_PARAMETER
+// otherwise).
+//
+// An EVD created with EVDSoftware counts as fed by a software event stream
+// from its creation, not from its first PostSE. So dat_ep_create,
+// dat_ep_create_with_srq and dat_ep_modify refuse to attach EP completion
+// streams to it with flags other than DAT_COMPLETION_EVD_THRESHOLD_FLAG
+// (DAT_INVALID_PARAMETER), as they do for any EVD fed by non-DTO streams.
+// PostSE therefore never finds UNSIGNALLED or SOLICITED_WAIT streams on the
+// EVD and needs no check of its own: the combination cannot arise.
 func (e *EVD) PostSE(data any) error {
 	const op = "dat_evd_post_se"
 	if e == nil {

@@ -2,7 +2,22 @@ package dat
 
 // This file holds the completion-flag compatibility rules that
 // dat_ep_create(3DAT) and dat_ep_create_with_srq state for EVDs shared by
-// several event streams (spec/dat-endpoint.md §9 rules 1–5).
+// several event streams. They are checked whenever an EP stream is attached
+// to an EVD (create, create_with_srq, modify); a violation is
+// DAT_INVALID_PARAMETER.
+//
+//  1. The DTO/RMR completion streams sharing an EVD have matching
+//     completion flags.
+//  2. An EVD also fed by a stream other than DTO/RMR completions
+//     (connection, CR, async or software events) only takes EP streams with
+//     DAT_COMPLETION_EVD_THRESHOLD_FLAG (the man page's
+//     "DAT_COMPLETION_THRESHOLD").
+//  3. If one stream on an EVD is UNSIGNALLED, every request and recv stream
+//     on it is UNSIGNALLED.
+//  4. If a recv stream on an EVD is SOLICITED_WAIT, every recv stream on it
+//     is SOLICITED_WAIT and the EVD carries no other stream type.
+//  5. Hence dat_evd_wait on an EVD fed by UNSIGNALLED or SOLICITED_WAIT
+//     streams only accepts threshold 1 (DAT_INVALID_STATE otherwise).
 
 // dtoStream is one EP completion stream attached to an EVD.
 type dtoStream struct {
@@ -29,8 +44,14 @@ func normFlags(f CompletionFlags) CompletionFlags {
 }
 
 // hasOther reports whether a stream other than DTO completions feeds e.
+//
+// An EVD created with EVDSoftware counts as fed by its software event
+// stream for its whole life, whether or not anything was posted yet: the
+// consumer may call PostSE at any time, and the flag is the only
+// declaration of that stream. Rule 2 therefore holds at every attach, and
+// PostSE never meets a DTO stream with other flags than EVD_THRESHOLD.
 func (e *EVD) hasOther() bool {
-	return e.streams.conn > 0 || e.streams.cr > 0 || e.isAsync
+	return e.streams.conn > 0 || e.streams.cr > 0 || e.isAsync || e.flags&EVDSoftware != 0
 }
 
 // thresholdOneOnly reports rule 5: an EVD fed by UNSIGNALLED or
@@ -49,10 +70,10 @@ func (s *evdStreams) thresholdOneOnly() bool {
 // returns a reason when a rule forbids it.
 func (e *EVD) canAddDTO(flags CompletionFlags, skip *EP) string {
 	f := normFlags(flags)
-	// Rule 2: an EVD that also carries connection, CR or async events only
-	// takes EVD_THRESHOLD DTO streams.
+	// Rule 2: an EVD that also carries connection, CR, async or software
+	// events only takes EVD_THRESHOLD DTO streams.
 	if e.hasOther() && f != CompletionEVDThreshold {
-		return "an EVD fed by non-DTO streams only takes DAT_COMPLETION_EVD_THRESHOLD_FLAG completion streams"
+		return "an EVD fed by non-DTO streams (connection, CR, async or software events) only takes DAT_COMPLETION_EVD_THRESHOLD_FLAG completion streams"
 	}
 	for _, d := range e.streams.dto {
 		if d.ep == skip {

@@ -13,7 +13,7 @@ import (
 )
 
 // Rules of dat_evd_wait, dat_evd_dequeue, dat_evd_post_se, dat_evd_query
-// and dat_evd_free ([MAN12] dat_evd_wait; spec/dat-endpoint.md §5, §6.1),
+// and dat_evd_free ([MAN12] dat_evd_wait: its events and return codes),
 // and the overflow behaviour documented on dat.EVD.
 
 // errEVDWaiter matches DAT_INVALID_STATE/DAT_INVALID_STATE_EVD_WAITER.

@@ -11,9 +11,11 @@ import (
 	"github.com/rdmanet/rdmanet/dat"
 )
 
-// Handles and reference counting (spec/dat-endpoint.md §1, §6; package
-// documentation: "Using a nil, freed or closed object gives
-// DAT_INVALID_HANDLE with the subtype naming the object").
+// Handles and reference counting: an EP holds its PZ and EVDs, which
+// cannot be freed while referenced (DAT_INVALID_STATE, PZ_IN_USE or
+// EVD_IN_USE); and, from the package documentation, "Using a nil, freed or
+// closed object gives DAT_INVALID_HANDLE with the subtype naming the
+// object".
 
 // openClosable opens an IA that the test closes itself; the cleanup
 // closes it abruptly unless the test already did.
@@ -220,9 +222,9 @@ func TestHandlesFreed(t *testing.T) {
 	})
 }
 
-// Reference counting from [DAPL] (spec §1): "dat_pz_free/dat_evd_free must
-// fail with DAT_INVALID_STATE (subtypes ..._PZ_IN_USE, ..._EVD_IN_USE)
-// while referenced", and succeed once the user is gone.
+// Reference counting, as in [DAPL]: dat_pz_free and dat_evd_free fail with
+// DAT_INVALID_STATE (subtypes PZ_IN_USE, EVD_IN_USE) while the object is
+// referenced, and succeed once the user is gone.
 func TestHandlesInUse(t *testing.T) {
 	type user struct {
 		name string

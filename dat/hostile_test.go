@@ -18,7 +18,7 @@ import (
 
 // Hostile peers at the DAT level. Whatever bytes arrive, nothing panics or
 // hangs, and "the connection is refused cleanly, with the right DAT event"
-// (§4.2: a malformed Reply, a reset or a close before the Reply is "any
+// (active side: a malformed Reply, a reset or a close before the Reply is "any
 // other failure" ⇒ NON_PEER_REJECTED; silence ⇒ TIMED_OUT or
 // UNREACHABLE). On the passive side a bad request never becomes a
 // DAT_CONNECTION_REQUEST_EVENT and the PSP keeps serving.

@@ -22,10 +22,11 @@ var (
 )
 
 // modifyTable is dat_ep_modify's table, in the seed's order. Fields the
-// DAT 1.2 seed does not list (COMM, SRQ handle: fixed for the EP's life per
-// dat_ep_create_with_srq; SRQ soft high watermark and the RDMA Read/Write
-// IOV limits: DAT 2.0 attributes) follow the project rules recorded in
-// spec/dat-endpoint.md §8.
+// DAT 1.2 seed does not list follow project rules: the communicator and the
+// SRQ handle never change (an EP's SRQ is fixed for its life per
+// dat_ep_create_with_srq); the DAT 2.0 attributes (SRQ soft high watermark,
+// RDMA Read/Write IOV limits) change in the pre-connection states, like the
+// attributes the seed lists.
 var modifyTable = []modifyRule{
 	{FieldIA, "Interface Adapter", never, "Endpoint belongs to an open instance of IA and that association cannot be changed."},
 	{FieldState, "Endpoint State", never, "State of Endpoint cannot be changed by a dat_ep_modify() operation."},

@@ -235,3 +235,207 @@ func TestSeedCreateMessageSizeBeyondIA(t *testing.T) {
 	_, err = s.ia.CreateEPWithSRQ(s.pz, s.evd, s.evd, s.evd, srq, a)
 	requireCode(t, err, dat.InvalidParameter, 0)
 }
+
+// "If request_evd_handle (recv_evd_handle) is used for an EVD that is fed
+// by any event stream other than DTO or RMR completion event streams, only
+// DAT_COMPLETION_THRESHOLD is valid for Request/Recv Completion Flags for
+// the Endpoint completion streams that use that EVD." A software event
+// stream (dat_evd_post_se) is such a stream, and an EVD created with the
+// software flag counts as fed by it from its creation. dat_ep_create,
+// dat_ep_create_with_srq and dat_ep_modify all refuse other flags with
+// DAT_INVALID_PARAMETER, so dat_evd_post_se never meets them.
+func TestSeedCreateSoftwareEVD(t *testing.T) {
+	const (
+		def = dat.CompletionDefault
+		thr = dat.CompletionEVDThreshold
+		uns = dat.CompletionUnsignalled
+		sol = dat.CompletionSolicitedWait
+	)
+	// Each case breaks no rule but the software one: the same streams are
+	// accepted on an EVD without the software flag.
+	type streams struct {
+		name          string
+		recv, req     dat.CompletionFlags
+		onRecv, onReq bool // which of the EP's streams use the EVD
+	}
+	refused := []streams{
+		{"UNSIGNALLED request stream", thr, uns, false, true},
+		{"UNSIGNALLED recv and request streams", uns, uns, true, true},
+		{"UNSIGNALLED recv stream", uns, thr, true, false},
+		{"SOLICITED_WAIT recv stream", sol, thr, true, false},
+	}
+	accepted := []streams{
+		{"EVD_THRESHOLD recv and request streams", thr, thr, true, true},
+		{"default flags (EVD_THRESHOLD)", def, def, true, true},
+	}
+	attr := func(c streams) *dat.EPAttr {
+		a := &dat.EPAttr{MaxMessageSize: 4096, MaxRDMASize: 4096, RecvCompletionFlags: c.recv, RequestCompletionFlags: c.req}
+		if c.onRecv {
+			a.MaxRecvDTOs, a.MaxRecvIOV = 2, 1
+		}
+		if c.onReq {
+			a.MaxRequestDTOs, a.MaxRequestIOV = 2, 1
+		}
+		return a
+	}
+	evds := func(c streams, e *dat.EVD) (recv, req *dat.EVD) {
+		if c.onRecv {
+			recv = e
+		}
+		if c.onReq {
+			req = e
+		}
+		return recv, req
+	}
+	// Nothing is posted to the software EVDs before the checks: the flag
+	// alone makes an EVD software-fed.
+	newEVDs := func(t *testing.T, s side) (sw, plain *dat.EVD) {
+		t.Helper()
+		sw, err := s.ia.CreateEVD(8, dat.EVDDTO|dat.EVDSoftware)
+		require.NoError(t, err)
+		plain, err = s.ia.CreateEVD(8, dat.EVDDTO)
+		require.NoError(t, err)
+		return sw, plain
+	}
+
+	t.Run("dat_ep_create", func(t *testing.T) {
+		for _, c := range refused {
+			t.Run(c.name, func(t *testing.T) {
+				s := newSide(t, "lo")
+				sw, plain := newEVDs(t, s)
+				recv, req := evds(c, sw)
+				_, err := s.ia.CreateEP(s.pz, recv, req, nil, attr(c))
+				requireExact(t, err, dat.InvalidParameter, dat.NoSubtype)
+				recv, req = evds(c, plain)
+				_, err = s.ia.CreateEP(s.pz, recv, req, nil, attr(c))
+				require.NoError(t, err)
+			})
+		}
+		for _, c := range accepted {
+			t.Run(c.name, func(t *testing.T) {
+				s := newSide(t, "lo")
+				sw, _ := newEVDs(t, s)
+				recv, req := evds(c, sw)
+				_, err := s.ia.CreateEP(s.pz, recv, req, nil, attr(c))
+				require.NoError(t, err)
+			})
+		}
+	})
+
+	t.Run("dat_ep_create_with_srq", func(t *testing.T) {
+		srqAttrFor := func(c streams) *dat.EPAttr {
+			a := srqAttr()
+			a.RecvCompletionFlags, a.RequestCompletionFlags = c.recv, c.req
+			if !c.onReq {
+				a.MaxRequestDTOs, a.MaxRequestIOV = 0, 0
+			}
+			return a
+		}
+		for _, c := range refused {
+			if !c.onRecv {
+				continue // an SRQ EP always has a recv stream here
+			}
+			t.Run(c.name, func(t *testing.T) {
+				s, srq := srqFixture(t, "lo")
+				sw, plain := newEVDs(t, s)
+				recv, req := evds(c, sw)
+				_, err := s.ia.CreateEPWithSRQ(s.pz, recv, req, nil, srq, srqAttrFor(c))
+				requireExact(t, err, dat.InvalidParameter, dat.NoSubtype)
+				recv, req = evds(c, plain)
+				_, err = s.ia.CreateEPWithSRQ(s.pz, recv, req, nil, srq, srqAttrFor(c))
+				require.NoError(t, err)
+			})
+		}
+		t.Run("UNSIGNALLED request stream", func(t *testing.T) {
+			s, srq := srqFixture(t, "lo")
+			sw, plain := newEVDs(t, s)
+			a := srqAttr()
+			a.RequestCompletionFlags = uns
+			_, err := s.ia.CreateEPWithSRQ(s.pz, plain, sw, nil, srq, a)
+			requireExact(t, err, dat.InvalidParameter, dat.NoSubtype)
+		})
+		for _, c := range accepted {
+			t.Run(c.name, func(t *testing.T) {
+				s, srq := srqFixture(t, "lo")
+				sw, _ := newEVDs(t, s)
+				recv, req := evds(c, sw)
+				_, err := s.ia.CreateEPWithSRQ(s.pz, recv, req, nil, srq, srqAttrFor(c))
+				require.NoError(t, err)
+			})
+		}
+	})
+
+	t.Run("dat_ep_modify", func(t *testing.T) {
+		const (
+			evdMask   = dat.FieldRecvEVD | dat.FieldRequestEVD
+			flagsMask = dat.FieldRecvCompletionFlags | dat.FieldRequestCompletionFlags
+			sizeMask  = dat.FieldMaxRecvDTOs | dat.FieldMaxRecvIOV | dat.FieldMaxRequestDTOs | dat.FieldMaxRequestIOV
+		)
+		for _, c := range refused {
+			t.Run(c.name, func(t *testing.T) {
+				s := newSide(t, "lo")
+				sw, plain := newEVDs(t, s)
+
+				// Giving an EP without DTO streams streams with these flags
+				// on sw.
+				ep, err := s.ia.CreateEP(s.pz, nil, nil, nil, nil)
+				require.NoError(t, err)
+				p, err := ep.Query()
+				require.NoError(t, err)
+				p.RecvEVD, p.RequestEVD = evds(c, sw)
+				p.Attr = *attr(c)
+				requireExact(t, ep.Modify(evdMask|flagsMask|sizeMask, &p), dat.InvalidParameter, dat.Arg(3))
+				now, err := ep.Query()
+				require.NoError(t, err)
+				require.Nil(t, now.RecvEVD)
+				require.Nil(t, now.RequestEVD)
+
+				// Moving streams with these flags from a plain EVD to sw.
+				recv, req := evds(c, plain)
+				ep, err = s.ia.CreateEP(s.pz, recv, req, nil, attr(c))
+				require.NoError(t, err)
+				p, err = ep.Query()
+				require.NoError(t, err)
+				p.RecvEVD, p.RequestEVD = evds(c, sw)
+				requireExact(t, ep.Modify(evdMask, &p), dat.InvalidParameter, dat.Arg(3))
+				now, err = ep.Query()
+				require.NoError(t, err)
+				require.Equal(t, recv, now.RecvEVD)
+				require.Equal(t, req, now.RequestEVD)
+
+				// Changing to these flags streams already on sw.
+				ep, err = s.ia.CreateEP(s.pz, recv, req, nil, attr(c))
+				require.NoError(t, err)
+				p, err = ep.Query()
+				require.NoError(t, err)
+				p.RecvEVD, p.RequestEVD = evds(c, sw)
+				p.Attr.RecvCompletionFlags, p.Attr.RequestCompletionFlags = thr, thr
+				require.NoError(t, ep.Modify(evdMask|flagsMask, &p))
+				p.Attr.RecvCompletionFlags, p.Attr.RequestCompletionFlags = c.recv, c.req
+				requireExact(t, ep.Modify(flagsMask, &p), dat.InvalidParameter, dat.Arg(3))
+				now, err = ep.Query()
+				require.NoError(t, err)
+				require.Equal(t, thr, now.Attr.RecvCompletionFlags)
+				require.Equal(t, thr, now.Attr.RequestCompletionFlags)
+			})
+		}
+	})
+
+	t.Run("dat_evd_post_se", func(t *testing.T) {
+		// The reverse direction: every EP stream that reaches an EVD with
+		// the software flag is EVD_THRESHOLD, so posting software events
+		// is always allowed, and so is waiting with a threshold above 1
+		// (which an UNSIGNALLED or SOLICITED_WAIT stream would forbid).
+		s := newSide(t, "lo")
+		sw, _ := newEVDs(t, s)
+		_, err := s.ia.CreateEP(s.pz, sw, sw, nil, attr(accepted[0]))
+		require.NoError(t, err)
+		require.NoError(t, sw.PostSE(1))
+		require.NoError(t, sw.PostSE(2))
+		ev, nmore, err := sw.Wait(dat.TimeoutOf(eventWait), 2)
+		require.NoError(t, err)
+		require.Equal(t, dat.SoftwareEvent, ev.Number)
+		require.Equal(t, 1, ev.Software)
+		require.Equal(t, 1, nmore)
+	})
+}

@@ -9,9 +9,9 @@ import (
 	"github.com/rdmanet/rdmanet/dat"
 )
 
-// Rules of dat_ep_dup_connect(3DAT) ([SEED-dup]), with the decisions of
-// spec/dat-endpoint.md §12 for the seed's defects ("UNDISCONNECTED" is
-// DISCONNECTED; an unreachable host is UNREACHABLE).
+// Rules of dat_ep_dup_connect(3DAT) ([SEED-dup]), with the package's
+// decisions for the seed's defects ("UNDISCONNECTED" is DISCONNECTED; an
+// unreachable host is UNREACHABLE).
 
 // "The remote end of the requested connection shall be the same as the
 // remote end of the dup_ep_handle." "Upon successful completion of this
@@ -75,7 +75,7 @@ func dupFixture(t *testing.T) (c, s side, psp *dat.PSP, first, ep *dat.EP) {
 
 // "The rejection of the connection by the remote Consumer is reported ...
 // through a DAT_CONNECTION_EVENT_PEER_REJECTED event ... and the local
-// Endpoint is automatically transitioned" (to DISCONNECTED, §12).
+// Endpoint is automatically transitioned" (to DISCONNECTED, as the package decides).
 func TestSeedDupConnectPeerRejected(t *testing.T) {
 	c, s, _, first, ep := dupFixture(t)
 	require.NoError(t, ep.DupConnect(first, dat.TimeoutInfinite, nil, dat.QoSBestEffort))

@@ -246,3 +246,87 @@ func TestSeedModifyEVDs(t *testing.T) {
 	require.NoError(t, s.evd.Free(), "the old EVD is no longer in use")
 	requireCode(t, evd2.Free(), dat.InvalidState, dat.StateEVDInUse)
 }
+
+// "DAT_INVALID_HANDLE: The ep_handle parameter is invalid." That is the
+// only handle dat_ep_modify reports as such: a PZ or EVD inside ep_param
+// that is freed, belongs to another IA, or is an EVD lacking the flag its
+// stream needs (DTO for the recv and request EVDs, CONNECTION for the
+// connect EVD) is "one of the requested Endpoint parameters ... was
+// invalid", DAT_INVALID_PARAMETER, with DAT_INVALID_ARG3 naming ep_param.
+// Nothing changes. dat_ep_create keeps DAT_INVALID_HANDLE for the same
+// handles passed as its own arguments.
+func TestSeedModifyInvalidHandleInParam(t *testing.T) {
+	s, other := newSide(t, "lo"), newSide(t, "lo")
+	connOnly, err := s.ia.CreateEVD(4, dat.EVDConnection)
+	require.NoError(t, err)
+	dtoOnly, err := s.ia.CreateEVD(4, dat.EVDDTO)
+	require.NoError(t, err)
+	freedPZ, err := s.ia.CreatePZ()
+	require.NoError(t, err)
+	require.NoError(t, freedPZ.Free())
+	freedEVD, err := s.ia.CreateEVD(4, dat.EVDDefault)
+	require.NoError(t, err)
+	require.NoError(t, freedEVD.Free())
+
+	cases := []struct {
+		rule  string
+		field dat.EPParamMask
+		set   func(p *dat.EPParam)
+		// create is the same handle given to dat_ep_create, and the
+		// handle subtype it must give there.
+		create    func() (*dat.EP, error)
+		createSub dat.Subtype
+	}{
+		{"freed PZ", dat.FieldPZ, func(p *dat.EPParam) { p.PZ = freedPZ },
+			func() (*dat.EP, error) { return s.ia.CreateEP(freedPZ, s.evd, s.evd, s.evd, nil) }, dat.HandlePZ},
+		{"PZ of another IA", dat.FieldPZ, func(p *dat.EPParam) { p.PZ = other.pz },
+			func() (*dat.EP, error) { return s.ia.CreateEP(other.pz, s.evd, s.evd, s.evd, nil) }, dat.HandlePZ},
+		{"freed recv EVD", dat.FieldRecvEVD, func(p *dat.EPParam) { p.RecvEVD = freedEVD },
+			func() (*dat.EP, error) { return s.ia.CreateEP(s.pz, freedEVD, s.evd, s.evd, nil) }, dat.HandleEVDRecv},
+		{"recv EVD of another IA", dat.FieldRecvEVD, func(p *dat.EPParam) { p.RecvEVD = other.evd },
+			func() (*dat.EP, error) { return s.ia.CreateEP(s.pz, other.evd, s.evd, s.evd, nil) }, dat.HandleEVDRecv},
+		{"recv EVD without the DTO flag", dat.FieldRecvEVD, func(p *dat.EPParam) { p.RecvEVD = connOnly },
+			func() (*dat.EP, error) { return s.ia.CreateEP(s.pz, connOnly, s.evd, s.evd, nil) }, dat.HandleEVDRecv},
+		{"freed request EVD", dat.FieldRequestEVD, func(p *dat.EPParam) { p.RequestEVD = freedEVD },
+			func() (*dat.EP, error) { return s.ia.CreateEP(s.pz, s.evd, freedEVD, s.evd, nil) }, dat.HandleEVDRequest},
+		{"request EVD of another IA", dat.FieldRequestEVD, func(p *dat.EPParam) { p.RequestEVD = other.evd },
+			func() (*dat.EP, error) { return s.ia.CreateEP(s.pz, s.evd, other.evd, s.evd, nil) }, dat.HandleEVDRequest},
+		{"request EVD without the DTO flag", dat.FieldRequestEVD, func(p *dat.EPParam) { p.RequestEVD = connOnly },
+			func() (*dat.EP, error) { return s.ia.CreateEP(s.pz, s.evd, connOnly, s.evd, nil) }, dat.HandleEVDRequest},
+		{"freed connect EVD", dat.FieldConnectEVD, func(p *dat.EPParam) { p.ConnectEVD = freedEVD },
+			func() (*dat.EP, error) { return s.ia.CreateEP(s.pz, s.evd, s.evd, freedEVD, nil) }, dat.HandleEVDConn},
+		{"connect EVD of another IA", dat.FieldConnectEVD, func(p *dat.EPParam) { p.ConnectEVD = other.evd },
+			func() (*dat.EP, error) { return s.ia.CreateEP(s.pz, s.evd, s.evd, other.evd, nil) }, dat.HandleEVDConn},
+		{"connect EVD without the CONNECTION flag", dat.FieldConnectEVD, func(p *dat.EPParam) { p.ConnectEVD = dtoOnly },
+			func() (*dat.EP, error) { return s.ia.CreateEP(s.pz, s.evd, s.evd, dtoOnly, nil) }, dat.HandleEVDConn},
+	}
+	ep := s.ep(t)
+	before, err := ep.Query()
+	require.NoError(t, err)
+	for _, c := range cases {
+		t.Run(c.rule, func(t *testing.T) {
+			p := before
+			c.set(&p)
+			err := ep.Modify(c.field, &p)
+			requireExact(t, err, dat.InvalidParameter, dat.Arg(3))
+			require.NotErrorIs(t, err, dat.ErrInvalidHandle)
+			// Also when the bad handle comes with valid fields: all or
+			// nothing.
+			p.Attr.MaxRequestDTOs = before.Attr.MaxRequestDTOs + 1
+			requireExact(t, ep.Modify(c.field|dat.FieldMaxRequestDTOs, &p), dat.InvalidParameter, dat.Arg(3))
+			after, err := ep.Query()
+			require.NoError(t, err)
+			require.Same(t, before.PZ, after.PZ)
+			require.Same(t, before.RecvEVD, after.RecvEVD)
+			require.Same(t, before.RequestEVD, after.RequestEVD)
+			require.Same(t, before.ConnectEVD, after.ConnectEVD)
+			require.Equal(t, before.Attr.MaxRequestDTOs, after.Attr.MaxRequestDTOs)
+
+			_, err = c.create()
+			requireExact(t, err, dat.InvalidHandle, c.createSub)
+		})
+	}
+	// The EP keeps working with its own handles.
+	p := before
+	require.NoError(t, ep.Modify(dat.FieldPZ|dat.FieldRecvEVD|dat.FieldRequestEVD|dat.FieldConnectEVD, &p))
+}
