@@ -39,6 +39,9 @@ type app struct {
 	exitCode int
 	dead     chan struct{}
 	st       *stats
+	// shortOnce makes the --latency/--bandwidth "incomplete run" line
+	// appear at most once, whichever goroutine notices the end first.
+	shortOnce sync.Once
 }
 
 func newApp(stdout, stderr io.Writer, hard bool) *app {
@@ -95,7 +98,7 @@ func (a *app) run(args []string, getenv func(string) string, lookup resolver) in
 	if done {
 		return ret
 	}
-	if a.hard && !cfg.persistent && (cfg.latency || cfg.bandwidth) && cfg.server == 0 {
+	if a.hard && !cfg.persistent && a.extras() && cfg.server == 0 {
 		// Only with the extensions: print the summary when interrupted,
 		// like ping(8). Without them a signal kills rping as it kills the
 		// C tool.
@@ -120,6 +123,9 @@ func (a *app) summaryOnSignal() {
 	go func() {
 		sig := <-ch
 		a.printSummary()
+		if a.cfg.count > 0 && a.st.count() < a.cfg.count {
+			a.reportShort(fmt.Sprintf("stopped by signal %d (%v)", int(sig.(syscall.Signal)), sig))
+		}
 		a.exit(128 + int(sig.(syscall.Signal)))
 	}()
 }
@@ -132,4 +138,42 @@ func (a *app) printSummary() {
 	if a.cfg.bandwidth {
 		a.st.writeBandwidth(a.out)
 	}
+}
+
+// extras reports whether the client runs with --latency or --bandwidth.
+// Only then does a run that ends before its -C iterations fail: rdma-core's
+// rping exits 0 when the server goes away mid-run, and so does this one
+// without the extras.
+func (a *app) extras() bool { return a.cfg.latency || a.cfg.bandwidth }
+
+// reportShort prints, once, the stderr line of an incomplete --latency or
+// --bandwidth run: how many of the -C iterations completed, and why the
+// run stopped.
+func (a *app) reportShort(why string) {
+	a.shortOnce.Do(func() {
+		n := a.st.count()
+		if a.cfg.count > 0 {
+			a.eprintf("rping: incomplete run: %d of %d iterations completed: %s\n", n, a.cfg.count, why)
+		} else {
+			a.eprintf("rping: incomplete run: %d of unlimited (-C 0) iterations completed: %s\n", n, why)
+		}
+	})
+}
+
+// checkRun turns the end of a --latency/--bandwidth client run into its
+// return value: success only if every -C iteration completed. Otherwise
+// it prints the reportShort line and returns ret, or -1 (exit status 255,
+// the connection broke) where plain rping would return 0.
+func (a *app) checkRun(ret int, why string) int {
+	if a.cfg.count > 0 && a.st.count() >= a.cfg.count {
+		return ret
+	}
+	if why == "" {
+		why = "the run ended early"
+	}
+	a.reportShort(why)
+	if ret == 0 {
+		ret = -1
+	}
+	return ret
 }

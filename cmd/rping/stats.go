@@ -63,6 +63,13 @@ func (s *stats) add(d time.Duration, bytes int) {
 	s.hist[bucketOf(d)]++
 }
 
+// count returns the number of iterations recorded.
+func (s *stats) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
 // percentile returns the nearest-rank p-th percentile (0 < p <= 100).
 // Callers hold s.mu and know s.n > 0.
 func (s *stats) percentile(p float64) time.Duration {
