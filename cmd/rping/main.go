@@ -122,6 +122,7 @@ func (a *app) summaryOnSignal() {
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		sig := <-ch
+		a.st.freeze()
 		a.printSummary()
 		if a.cfg.count > 0 && a.st.count() < a.cfg.count {
 			a.reportShort(fmt.Sprintf("stopped by signal %d (%v)", int(sig.(syscall.Signal)), sig))
