@@ -4,7 +4,16 @@
 // sends the server a buffer advertisement, the server RDMA Reads the ping
 // data, the client advertises a second buffer, the server RDMA Writes the
 // data back, and -V checks it. See usage.go for the command line and
-// /work/shared/spec/rping-protocol.md for the protocol.
+// docs/rping-protocol.md in the repository for the protocol.
+//
+// Each message is a 16-byte big-endian buffer descriptor: the buffer's
+// address (8 bytes), its remote key or STag (4) and the sender's -S size
+// (4). The client sends two per iteration (its start buffer, to be Read;
+// its rdma buffer, to be Written); the server answers each step with a
+// 16-byte all-zero "go ahead". A message of any other length is an
+// error. One Receive is always posted per side, re-posted before the
+// message is acted on, and neither side sends again before the peer
+// answered.
 //
 // By default it runs over the pure-Go iWARP provider, on plain TCP, and
 // interoperates with the Linux kernel's siw; --provider picks another DAT
