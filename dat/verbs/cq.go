@@ -194,8 +194,8 @@ func (q *QP) deliverFlushed(e wrEntry) {
 	q.events.completion(driver.Completion{Cookie: e.cookie, Op: e.op, Status: driver.StatusFlushed, Signaled: true})
 }
 
-// wcStatus maps ibv_wc_status to DAT DTO completion statuses
-// (spec rdma-cm-mapping.md §9, after DAPL's openib_common/cq.c).
+// wcStatus maps ibv_wc_status to DAT DTO completion statuses, as DAPL's
+// openib_common/cq.c does.
 func wcStatus(s C.uint32_t) driver.Status {
 	switch s {
 	case C.IBV_WC_SUCCESS:

@@ -55,7 +55,7 @@ func (q *QP) PostRecv(wr driver.RecvWR) error {
 	return nil
 }
 
-// PostSend posts a Send, RDMA Write or RDMA Read (spec §9). Every request
+// PostSend posts a Send, RDMA Write or RDMA Read. Every request
 // is posted signalled, so each yields exactly one completion in post
 // order; the Completion's Signaled flag reports whether the poster asked
 // for one (driver.SendSignaled) and package dat suppresses the rest. On a
