@@ -1,6 +1,6 @@
 module github.com/rdmanet/rdmanet
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/libp2p/go-reuseport v0.4.0

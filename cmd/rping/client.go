@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/rdmanet/rdmanet/dat"
@@ -12,11 +13,22 @@ import (
 // disconnect; rping itself waits for ever.
 const grace = 5 * time.Second
 
-// runClient is rping_run_client.
+// runClient is rping_run_client. With --latency or --bandwidth, a run
+// that completes fewer iterations than -C asks fails (see checkRun).
 func (a *app) runClient() int {
+	ret, why := a.client()
+	if !a.extras() {
+		return ret
+	}
+	return a.checkRun(ret, why)
+}
+
+// client runs the client and returns rping's status and, if the ping loop
+// did not run to its end, why not.
+func (a *app) client() (int, string) {
 	ia, ret := a.open()
 	if ia == nil {
-		return ret
+		return ret, "the RDMA device could not be opened"
 	}
 	defer ia.Close(dat.CloseAbrupt)
 	c := newCB(a, ia, false)
@@ -26,17 +38,17 @@ func (a *app) runClient() int {
 
 	if ret := c.setupQP(); ret != 0 {
 		a.eprintf("setup_qp failed: %d\n", ret)
-		return ret
+		return ret, "setting up the endpoint failed"
 	}
 	defer c.free()
 	c.startCM()
 	if ret := c.setupBuffers(); ret != 0 {
 		a.eprintf("rping_setup_buffers failed: %d\n", ret)
-		return ret
+		return ret, "registering the buffers failed"
 	}
 	if err := c.postRecv(); err != nil {
 		a.eprintf("ibv_post_recv failed: %d\n", errnoOf(err))
-		return int(errnoOf(err))
+		return int(errnoOf(err)), "posting the first Receive failed: " + strerror(errnoOf(err))
 	}
 	c.startCQ()
 	join := grace
@@ -45,15 +57,15 @@ func (a *app) runClient() int {
 	if ret := c.connect(); ret != 0 {
 		a.eprintf("connect error %d\n", ret)
 		join = 0 // nothing will flush or disconnect
-		return ret
+		return ret, "could not connect to the server"
 	}
-	ret = c.testClient()
+	ret, why := c.testClient()
 	if ret != 0 {
 		a.eprintf("rping client failed: %d\n", ret)
 	}
 	c.disconnect()
 	a.printSummary()
-	return ret
+	return ret, why
 }
 
 // open opens the IA, or prints why not and returns rping's status.
@@ -106,10 +118,12 @@ func (c *cb) connect() int {
 	return 0
 }
 
-// testClient is rping_test_client: the ping loop.
-func (c *cb) testClient() int {
+// testClient is rping_test_client: the ping loop. Besides rping's status
+// it returns why the loop stopped before its -C iterations (for
+// --latency/--bandwidth).
+func (c *cb) testClient() (int, string) {
 	a, cfg := c.a, &c.a.cfg
-	ret := 0
+	ret, why := 0, ""
 	for ping := 0; cfg.count == 0 || ping < cfg.count; ping++ {
 		c.setState(stReadAdv)
 		t0 := time.Now()
@@ -118,46 +132,49 @@ func (c *cb) testClient() int {
 		if err := c.postSend(); err != nil {
 			a.eprintf("post send error %d\n", errnoOf(err))
 			a.debugf("post send: %v\n", err)
-			ret = int(errnoOf(err))
+			ret, why = int(errnoOf(err)), "posting a Send failed: "+strerror(errnoOf(err))
 			break
 		}
 		// Wait for the server's go-ahead after its RDMA Read.
 		if !c.wait() {
-			return -1
+			return -1, c.stopCause("rping is exiting")
 		}
 		if s := c.getState(); s != stWriteAdv {
 			a.eprintf("wait for RDMA_WRITE_ADV state %d\n", s)
-			ret = -1
+			ret, why = -1, fmt.Sprintf("unexpected state %d while waiting for the go-ahead after the RDMA Read", s)
 			break
 		}
 		c.formatSend(c.rdma)
 		if err := c.postSend(); err != nil {
 			a.eprintf("post send error %d\n", errnoOf(err))
 			a.debugf("post send: %v\n", err)
-			ret = int(errnoOf(err))
+			ret, why = int(errnoOf(err)), "posting a Send failed: "+strerror(errnoOf(err))
 			break
 		}
 		// Wait for the go-ahead after the server's RDMA Write.
 		if !c.wait() {
-			return -1
+			return -1, c.stopCause("rping is exiting")
 		}
 		if s := c.getState(); s != stWriteComplete {
 			a.eprintf("wait for RDMA_WRITE_COMPLETE state %d\n", s)
-			ret = -1
+			ret, why = -1, fmt.Sprintf("unexpected state %d while waiting for the go-ahead after the RDMA Write", s)
 			break
 		}
-		a.st.add(time.Since(t0), 2*cfg.size)
+		rtt := time.Since(t0)
 		if cfg.validate > 0 && !bytes.Equal(c.start.buf, c.rdma.buf) {
 			a.eprintf("data mismatch!\n")
-			ret = -1
+			ret, why = -1, fmt.Sprintf("data mismatch in iteration %d (-V)", ping)
 			break
 		}
+		// Only a validated iteration counts as completed.
+		a.st.add(rtt, 2*cfg.size)
 		if cfg.verbose > 0 {
 			a.printf("ping data: %s\n", cString(c.rdma.buf))
 		}
 	}
+	why = c.stopCause(why)
 	if c.getState() == stDisconnected {
-		return 0
+		return 0, why
 	}
-	return ret
+	return ret, why
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +71,11 @@ type cb struct {
 
 	cr *dat.CR // server: the request this connection answers
 
+	// causeMu guards cause: the first reason the CQ or CM goroutine found
+	// for the connection to stop (for the --latency/--bandwidth report).
+	causeMu sync.Mutex
+	cause   string
+
 	cqDone, cmDone chan struct{}
 }
 
@@ -81,6 +87,31 @@ func newCB(a *app, ia *dat.IA, server bool) *cb {
 
 func (c *cb) getState() testState  { return testState(c.state.Load()) }
 func (c *cb) setState(s testState) { c.state.Store(int32(s)) }
+
+// setCause records why the connection stops, unless a reason is known
+// already: the first one is the root, what follows is its consequence.
+func (c *cb) setCause(why string) {
+	c.causeMu.Lock()
+	defer c.causeMu.Unlock()
+	if c.cause == "" {
+		c.cause = why
+	}
+}
+
+// stopCause is why the ping loop stopped: the CQ or CM goroutine's reason
+// if the connection failed or ended (the main goroutine then only saw the
+// consequence), else local.
+func (c *cb) stopCause(local string) string {
+	if s := c.getState(); s != stDisconnected && s != stError {
+		return local
+	}
+	c.causeMu.Lock()
+	defer c.causeMu.Unlock()
+	if c.cause != "" {
+		return c.cause
+	}
+	return local
+}
 
 // post is sem_post.
 func (c *cb) post() {
@@ -220,6 +251,7 @@ func (c *cb) completion(d dat.DTOCompletion) (stop bool) {
 			return true
 		}
 		c.a.eprintf("cq completion failed status %d\n", wcStatus(d.Status))
+		c.setCause(fmt.Sprintf("%s failed (work completion status %d)", opName(d.Op), wcStatus(d.Status)))
 		c.setState(stError)
 		c.post()
 		return true
@@ -240,6 +272,7 @@ func (c *cb) completion(d dat.DTOCompletion) (stop bool) {
 		if d.Length != infoLen {
 			c.a.eprintf("Received bogus data, size %d\n", d.Length)
 			c.a.eprintf("recv wc error: %d\n", -1)
+			c.setCause(fmt.Sprintf("received a %d-byte message, not a %d-byte buffer descriptor", d.Length, infoLen))
 			c.setState(stError)
 			c.post()
 			return true
@@ -251,6 +284,7 @@ func (c *cb) completion(d dat.DTOCompletion) (stop bool) {
 		}
 		if err := c.postRecv(); err != nil {
 			c.a.eprintf("post recv error: %d\n", errnoOf(err))
+			c.setCause("reposting the Receive failed: " + strerror(errnoOf(err)))
 			c.setState(stError)
 			c.post()
 			return true
@@ -307,13 +341,18 @@ func (c *cb) cmLoop() {
 			c.post()
 		case dat.ConnectionEventDisconnected, dat.ConnectionEventBroken:
 			// rdma_cm reports a broken iWARP connection as DISCONNECTED too.
-			who := "client"
+			who, peer := "client", "server"
 			if c.server {
-				who = "server"
+				who, peer = "server", "client"
 			}
 			c.a.eprintf("%s DISCONNECT EVENT...\n", who)
 			if ev.Conn.Err != nil {
 				c.a.debugf("connection ended: %v\n", ev.Conn.Err)
+			}
+			if ev.Number == dat.ConnectionEventBroken {
+				c.setCause("the connection to the " + peer + " broke (" + short(ev.Conn.Err) + ")")
+			} else {
+				c.setCause("the " + peer + " closed the connection")
 			}
 			c.setState(stDisconnected)
 			c.post()
@@ -336,6 +375,10 @@ func (c *cb) fail(f failure, err error) {
 	}
 	if err != nil {
 		c.a.debugf("connection event error: %v\n", err)
+	}
+	if !c.server && c.a.extras() {
+		// exit ends the process before runClient could say it.
+		c.a.reportShort("the connection failed (" + f.category + ")")
 	}
 	c.setState(stError)
 	c.post()
@@ -419,6 +462,21 @@ func wcStatus(s dat.DTOStatus) int {
 		return 13 // IBV_WC_RNR_RETRY_EXC_ERR
 	}
 	return 21 // IBV_WC_GENERAL_ERR
+}
+
+// opName names a DTO for the --latency/--bandwidth failure line.
+func opName(op dat.DTOOp) string {
+	switch op {
+	case dat.DTOSend:
+		return "a Send"
+	case dat.DTORDMAWrite:
+		return "an RDMA Write"
+	case dat.DTORDMARead:
+		return "an RDMA Read"
+	case dat.DTOReceive:
+		return "a Receive"
+	}
+	return fmt.Sprintf("a DTO (operation %d)", op)
 }
 
 // String names a state for -d output.

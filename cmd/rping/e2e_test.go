@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -17,7 +16,7 @@ import (
 // proc is an rping process.
 type proc struct {
 	cmd            *exec.Cmd
-	stdout, stderr bytes.Buffer
+	stdout, stderr syncBuffer // read while the process runs
 	done           chan struct{}
 	err            error
 }

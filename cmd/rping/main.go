@@ -4,7 +4,16 @@
 // sends the server a buffer advertisement, the server RDMA Reads the ping
 // data, the client advertises a second buffer, the server RDMA Writes the
 // data back, and -V checks it. See usage.go for the command line and
-// /work/shared/spec/rping-protocol.md for the protocol.
+// docs/rping-protocol.md in the repository for the protocol.
+//
+// Each message is a 16-byte big-endian buffer descriptor: the buffer's
+// address (8 bytes), its remote key or STag (4) and the sender's -S size
+// (4). The client sends two per iteration (its start buffer, to be Read;
+// its rdma buffer, to be Written); the server answers each step with a
+// 16-byte all-zero "go ahead". A message of any other length is an
+// error. One Receive is always posted per side, re-posted before the
+// message is acted on, and neither side sends again before the peer
+// answered.
 //
 // By default it runs over the pure-Go iWARP provider, on plain TCP, and
 // interoperates with the Linux kernel's siw; --provider picks another DAT
@@ -39,6 +48,9 @@ type app struct {
 	exitCode int
 	dead     chan struct{}
 	st       *stats
+	// shortOnce makes the --latency/--bandwidth "incomplete run" line
+	// appear at most once, whichever goroutine notices the end first.
+	shortOnce sync.Once
 }
 
 func newApp(stdout, stderr io.Writer, hard bool) *app {
@@ -95,7 +107,7 @@ func (a *app) run(args []string, getenv func(string) string, lookup resolver) in
 	if done {
 		return ret
 	}
-	if a.hard && !cfg.persistent && (cfg.latency || cfg.bandwidth) && cfg.server == 0 {
+	if a.hard && !cfg.persistent && a.extras() && cfg.server == 0 {
 		// Only with the extensions: print the summary when interrupted,
 		// like ping(8). Without them a signal kills rping as it kills the
 		// C tool.
@@ -119,7 +131,11 @@ func (a *app) summaryOnSignal() {
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		sig := <-ch
+		a.st.freeze()
 		a.printSummary()
+		if a.cfg.count > 0 && a.st.count() < a.cfg.count {
+			a.reportShort(fmt.Sprintf("stopped by signal %d (%v)", int(sig.(syscall.Signal)), sig))
+		}
 		a.exit(128 + int(sig.(syscall.Signal)))
 	}()
 }
@@ -132,4 +148,42 @@ func (a *app) printSummary() {
 	if a.cfg.bandwidth {
 		a.st.writeBandwidth(a.out)
 	}
+}
+
+// extras reports whether the client runs with --latency or --bandwidth.
+// Only then does a run that ends before its -C iterations fail: rdma-core's
+// rping exits 0 when the server goes away mid-run, and so does this one
+// without the extras.
+func (a *app) extras() bool { return a.cfg.latency || a.cfg.bandwidth }
+
+// reportShort prints, once, the stderr line of an incomplete --latency or
+// --bandwidth run: how many of the -C iterations completed, and why the
+// run stopped.
+func (a *app) reportShort(why string) {
+	a.shortOnce.Do(func() {
+		n := a.st.count()
+		if a.cfg.count > 0 {
+			a.eprintf("rping: incomplete run: %d of %d iterations completed: %s\n", n, a.cfg.count, why)
+		} else {
+			a.eprintf("rping: incomplete run: %d of unlimited (-C 0) iterations completed: %s\n", n, why)
+		}
+	})
+}
+
+// checkRun turns the end of a --latency/--bandwidth client run into its
+// return value: success only if every -C iteration completed. Otherwise
+// it prints the reportShort line and returns ret, or -1 (exit status 255,
+// the connection broke) where plain rping would return 0.
+func (a *app) checkRun(ret int, why string) int {
+	if a.cfg.count > 0 && a.st.count() >= a.cfg.count {
+		return ret
+	}
+	if why == "" {
+		why = "the run ended early"
+	}
+	a.reportShort(why)
+	if ret == 0 {
+		ret = -1
+	}
+	return ret
 }

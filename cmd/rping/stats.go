@@ -24,6 +24,9 @@ type stats struct {
 	hist     map[int]int // bucket -> count, used once samples overflow
 	bytes    int64       // bytes moved by RDMA Read + Write
 	elapsed  time.Duration
+	// frozen stops add: a signal's summary and incomplete-run line
+	// count the same iterations while the ping loop goes on.
+	frozen bool
 }
 
 const histBase = 1.01
@@ -39,6 +42,9 @@ func bucketOf(d time.Duration) int {
 func (s *stats) add(d time.Duration, bytes int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.frozen {
+		return
+	}
 	if s.n == 0 || d < s.min {
 		s.min = d
 	}
@@ -61,6 +67,20 @@ func (s *stats) add(d time.Duration, bytes int) {
 		s.samples = nil
 	}
 	s.hist[bucketOf(d)]++
+}
+
+// freeze makes the statistics final: add records nothing after it.
+func (s *stats) freeze() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.frozen = true
+}
+
+// count returns the number of iterations recorded.
+func (s *stats) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
 }
 
 // percentile returns the nearest-rank p-th percentile (0 < p <= 100).

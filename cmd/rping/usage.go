@@ -52,6 +52,11 @@ Environment:
 
 Exit status: 0 on success; 22 (EINVAL) for a usage error; 255 when the
 connection fails or breaks (rping's exit(-1)); 19 (ENODEV) when no RDMA
-device can be opened; otherwise the failing step's error number.
+device can be opened; otherwise the failing step's error number. As in
+rdma-core, a client whose server disconnects mid-run exits 0; with
+--latency or --bandwidth it fails instead (255, or the failing step's
+error number, 128+N on signal N) whenever fewer than -C iterations
+completed, and says so on stderr:
+	rping: incomplete run: N of M iterations completed: REASON
 `, defaultProvider, providerEnv)
 }

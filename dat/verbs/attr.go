@@ -13,10 +13,10 @@ import (
 	"github.com/rdmanet/rdmanet/dat/driver"
 )
 
-// Private-data limits per transport (spec rdma-cm-mapping.md §10.3): on
-// IB and RoCE the REQ is the binding constraint (92 bytes minus the 36-byte
-// rdma_cm header). On iWARP the spec's 252 (siw's 256-byte MPA_MAX_PRIVDATA
-// minus the 4-byte MPA v2 IRD/ORD block) is one too many for kernel siw as
+// Private-data limits per transport: on IB and RoCE the REQ is the binding
+// constraint (92 bytes minus the 36-byte rdma_cm header). On iWARP the
+// limit the MPA rules give, 252 (siw's 256-byte MPA_MAX_PRIVDATA
+// minus the 4-byte MPA v2 IRD/ORD block), is one too many for kernel siw as
 // a sender: siw_send_mpareqrep adds the 4 bytes to a u8 length, so 252
 // consumer bytes go out with PD_Length 0 and the peer drops the connection
 // (measured: connect, accept and reject all fail at 252 and work at 251).

@@ -10,8 +10,8 @@ import (
 	"github.com/rdmanet/rdmanet/dat"
 )
 
-// The private-data limits both providers report for iWARP
-// (spec/rdma-cm-mapping.md §10.2): siw's MPA_MAX_PRIVDATA of 256 bytes
+// The private-data limits both providers report for iWARP: siw's
+// MPA_MAX_PRIVDATA of 256 bytes
 // counts the 4-byte MPA v2 IRD/ORD block, leaving 252 for the consumer,
 // which the iwarp provider offers. The verbs provider offers 251, because
 // kernel siw adds the block to a u8 length when it sends a Request or

@@ -6,9 +6,12 @@ import (
 	"testing"
 )
 
-// Vectors from docs/spec §10 (/work/shared/spec/iwarp-wire.md). Their CRCs
-// were computed by the spec author with hash/crc32; the captures below have
-// CRC off, so no CRC has been checked against a real siw yet.
+// Hand-assembled golden frames: an MPA v2 Request with IRD/ORD 1/1, and
+// FPDUs with CRC for a Send, an RDMA Read Request, the zero-length RDMA
+// Write of MPA v2 ready-to-receive (RTR) and a Terminate. Their CRCs were
+// computed separately with hash/crc32 (Castagnoli) when the vectors were
+// written; the siw captures in testdata have CRC off, so no CRC has been
+// checked against a real siw yet.
 var (
 	specMPARequest = `4d 50 41 20 49 44 20 52 65 71 20 46 72 61 6d 65 10 02 00 04 00 01 00 01`
 	specSendCRC    = `00 22 41 43 00 00 00 00 00 00 00 00 00 00 00 01 00 00 00 00
