@@ -431,7 +431,7 @@ func (q *QP) mapWC(w wcRec) (driver.Completion, bool) {
 }
 
 // wcStatus maps ibv_wc_status to DAT DTO completion statuses
-// (spec rdma-cm-mapping.md §9, after DAPL's openib_common/cq.c).
+// (the mapping DAPL's openib provider uses as well).
 func wcStatus(s uint32) driver.Status {
 	switch s {
 	case C.IBV_WC_SUCCESS:
