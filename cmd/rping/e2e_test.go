@@ -212,6 +212,14 @@ func TestPersistentServer(t *testing.T) {
 	if rc := again.wait(t, 60*time.Second); rc != 0 {
 		t.Errorf("fourth client: exit status %d", rc)
 	}
+	// The client is gone once its disconnect is sent; the server reports
+	// the disconnect when it gets to it, which on a loaded machine can be
+	// after the client exited.
+	for limit := time.Now().Add(10 * time.Second); time.Now().Before(limit); time.Sleep(10 * time.Millisecond) {
+		if strings.Count(server.stderr.String(), "server DISCONNECT EVENT...\n") >= 4 {
+			break
+		}
+	}
 	server.cmd.Process.Signal(syscall.SIGTERM)
 	server.wait(t, 10*time.Second)
 	if n := strings.Count(server.stderr.String(), "server DISCONNECT EVENT...\n"); n != 4 {
