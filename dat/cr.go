@@ -106,7 +106,7 @@ func (cr *CR) Accept(ep *EP, privateData []byte) error {
 	delete(ia.crs, cr)
 	target.cr = nil
 	target.providerOwned = false // accepted: the consumer owns it now
-	target.state = EPCompletionPending
+	target.setStateLocked(EPCompletionPending)
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &attempt{cancel: cancel}
 	target.attempt = a
@@ -138,11 +138,11 @@ func (ep *EP) acceptDone(a *attempt, qp driver.QP, res driver.ConnectResult, err
 	lost, lostErr := a.lost, a.lostErr
 	ev := Event{Conn: ConnectionData{EP: ep, Err: err}}
 	if err == nil {
-		ep.state = EPConnected
+		ep.setStateLocked(EPConnected)
 		ep.recordAddrs(res)
 		ev.Number = ConnectionEventEstablished
 	} else {
-		ep.state = EPDisconnected
+		ep.setStateLocked(EPDisconnected)
 		ev.Number = ConnectionEventAcceptCompletionErr
 	}
 	evd := ep.connEVD
@@ -199,7 +199,7 @@ func (cr *CR) releaseEPLocked() *EP {
 		return ep
 	}
 	if ep.state == EPPassiveConnectionPending {
-		ep.state = EPUnconnected
+		ep.setStateLocked(EPUnconnected)
 	}
 	return nil
 }

@@ -88,29 +88,26 @@ func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTrip
 	}
 	qmu.Lock()
 	defer qmu.Unlock()
-	if err := ep.lock(op); err != nil {
-		return err
+	// Posting reads the EP's published view and never takes the IA-wide
+	// lock (see epView).
+	v := ep.view.Load()
+	if v == nil || v.freed {
+		return newError(op, InvalidHandle, HandleEP, "EP is freed")
 	}
 	ia := ep.ia
-	locked := true
-	defer func() {
-		if locked {
-			ia.mu.Unlock()
-		}
-	}()
-	a := &ep.attr
+	a := &v.attr
 	recv := kind == kindRecv
 
 	// State: receives may be posted in every state; send-side requests
 	// need a connection (dat_ep_post_send: CONNECTED, or DISCONNECTED where
 	// they flush).
-	if recv && ep.srq != nil {
+	if recv && v.srq {
 		return newError(op, InvalidState, NoSubtype, "the EP receives from an SRQ: post receives to the SRQ")
 	}
-	if !recv && ep.state != EPConnected && ep.state != EPDisconnected {
-		return ep.stateError(op)
+	if !recv && v.state != EPConnected && v.state != EPDisconnected {
+		return newError(op, InvalidState, v.state.subtype(), "EP is %v", v.state)
 	}
-	if recv && ep.recvEVD == nil || !recv && ep.reqEVD == nil {
+	if recv && !v.recv || !recv && !v.req {
 		return newError(op, InvalidState, NoSubtype, "the EP has no EVD for this completion stream")
 	}
 
@@ -142,7 +139,7 @@ func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTrip
 	case kindWrite:
 		maxIOV = min(a.MaxRequestIOV, nonZero(a.MaxRDMAWriteIOV, a.MaxRequestIOV))
 	case kindRead:
-		maxIOV = min(a.MaxRequestIOV, nonZero(a.MaxRDMAReadIOV, ia.attr.MaxReadSGE))
+		maxIOV = min(a.MaxRequestIOV, nonZero(a.MaxRDMAReadIOV, v.maxReadSGE))
 	}
 	if len(iov) > maxIOV {
 		return newError(op, InvalidParameter, Arg(2), "%d segments exceed the EP's limit of %d", len(iov), maxIOV)
@@ -157,16 +154,19 @@ func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTrip
 	sges := scratch[:0]
 	var total uint64
 	needWrite := kind == kindRecv || kind == kindRead
+	ia.lmrMu.RLock()
 	for _, t := range iov {
 		if t.Length == 0 {
 			continue // DAT: a zero-length triplet's other fields are ignored
 		}
-		if err := ia.checkLocal(op, ep.pz, t, needWrite); err != nil {
+		if err := ia.checkLocal(op, v.pz, t, needWrite); err != nil {
+			ia.lmrMu.RUnlock()
 			return err
 		}
 		sges = append(sges, driver.SGE{Addr: t.Addr, Length: t.Length, LKey: t.Context})
 		total += uint64(t.Length)
 	}
+	ia.lmrMu.RUnlock()
 	switch kind {
 	case kindRecv, kindSend:
 		if total > uint64(a.MaxMessageSize) {
@@ -197,7 +197,7 @@ func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTrip
 	q := &ep.sendQ
 	ent := wrEntry{cookie: cookie, op: driver.OpRecv, mode: mode, signaled: true}
 	if recv {
-		ep.recvPosted = true
+		ep.recvPosted.Store(true)
 		q = &ep.recvQ
 	} else {
 		ent.op = [...]driver.Opcode{kindSend: driver.OpSend, kindWrite: driver.OpRDMAWrite, kindRead: driver.OpRDMARead}[kind]
@@ -206,10 +206,8 @@ func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTrip
 		// since it may finish after requests posted behind it.
 		ent.signaled = mode != deliverSuppress || kind == kindRead
 	}
-	flushNow := ep.state == EPDisconnected || ep.qp == nil
-	qp := ep.qp
-	locked = false
-	ia.mu.Unlock()
+	flushNow := v.state == EPDisconnected || v.qp == nil
+	qp := v.qp
 
 	q.mu.Lock()
 	if q.full() {
@@ -269,7 +267,7 @@ func nonZero(v, fallback int) int {
 // DAT_PRIVILEGES_VIOLATION if no LMR has that context or it lacks local
 // write where the adapter must write, DAT_PROTECTION_VIOLATION if the LMR
 // is in another PZ, DAT_INVALID_PARAMETER if the segment leaves the LMR.
-// Callers hold ia.mu.
+// Callers hold ia.mu or ia.lmrMu.
 func (ia *IA) checkLocal(op string, pz *PZ, t LMRTriplet, needWrite bool) error {
 	l, ok := ia.lmrByContext[t.Context]
 	if !ok {

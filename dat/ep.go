@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
 )
@@ -49,7 +50,9 @@ type EP struct {
 
 	// recvPosted records that a Recv was ever posted, which freezes the
 	// recv completion flags ([SEED-modify]).
-	recvPosted bool
+	recvPosted atomic.Bool
+	// view is what posts read instead of the fields above (see epView).
+	view atomic.Pointer[epView]
 	// recvQ and sendQ are the outstanding work of each queue, in post
 	// order; their lengths are the outstanding counts get_status reports.
 	recvQ, sendQ wrQueue
@@ -269,6 +272,7 @@ func (ep *EP) detach() {
 // syncQueues brings the work queues in line with the EP's EVDs, flags and
 // sizes. Callers hold ia.mu.
 func (ep *EP) syncQueues() {
+	ep.publishLocked()
 	ep.recvQ.resize(ep.attr.MaxRecvDTOs)
 	ep.sendQ.resize(ep.attr.MaxRequestDTOs)
 	ep.recvQ.mu.Lock()
@@ -359,6 +363,7 @@ func (ep *EP) ensureQP(op string) error {
 		return nil
 	}
 	ep.qp, ep.tag = qp, tag
+	ep.publishLocked()
 	ia.mu.Unlock()
 	return nil
 }
@@ -434,8 +439,9 @@ func (ep *EP) Reset() error {
 	// takes its place.
 	qp, tag := ep.qp, ep.tag
 	ep.qp, ep.tag = nil, 0
+	ep.publishLocked()
 	ep.attempt = nil
-	ep.state = EPUnconnected
+	ep.setStateLocked(EPUnconnected)
 	ep.localAddr, ep.remoteAddr, ep.localPort, ep.remotePort, ep.connQual = netip.Addr{}, netip.Addr{}, 0, 0, 0
 	ia.mu.Unlock()
 	if qp != nil {
@@ -476,6 +482,7 @@ func (ep *EP) Free() error {
 // references. Callers hold ia.mu and call releaseProvider afterwards.
 func (ep *EP) destroyLocked() {
 	ep.freed = true
+	ep.publishLocked()
 	if ep.attempt != nil {
 		ep.attempt.cancel()
 		ep.attempt = nil
@@ -494,6 +501,7 @@ func (ep *EP) releaseProvider() {
 	ep.ia.mu.Lock()
 	qp, tag := ep.qp, ep.tag
 	ep.qp, ep.tag = nil, 0
+	ep.publishLocked()
 	ep.ia.mu.Unlock()
 	if qp != nil {
 		qp.Close()

@@ -102,7 +102,7 @@ func (ep *EP) startConnectLocked(op string, remote netip.Addr, qual ConnQual, ti
 	}
 	a := &attempt{cancel: cancel}
 	ep.attempt = a
-	ep.state = EPActiveConnectionPending
+	ep.setStateLocked(EPActiveConnectionPending)
 	ep.connQual = qual
 	ep.remoteAddr = remote
 	ep.remotePort = PortQual(qual)
@@ -141,22 +141,22 @@ func (ep *EP) connectDone(a *attempt, qp driver.QP, res driver.ConnectResult, er
 	var reject *driver.RejectError
 	switch {
 	case err == nil:
-		ep.state = EPConnected
+		ep.setStateLocked(EPConnected)
 		ep.recordAddrs(res)
 		ev.Number = ConnectionEventEstablished
 		ev.Conn.PrivateData = res.PrivateData
 	case errors.As(err, &reject):
-		ep.state = EPDisconnected
+		ep.setStateLocked(EPDisconnected)
 		ev.Number = ConnectionEventPeerRejected
 		ev.Conn.PrivateData = reject.PrivateData
 	case timed && errors.Is(err, context.DeadlineExceeded):
-		ep.state = EPDisconnected
+		ep.setStateLocked(EPDisconnected)
 		ev.Number = ConnectionEventTimedOut
 	case errors.Is(err, driver.ErrUnreachable):
-		ep.state = EPDisconnected
+		ep.setStateLocked(EPDisconnected)
 		ev.Number = ConnectionEventUnreachable
 	default:
-		ep.state = EPDisconnected
+		ep.setStateLocked(EPDisconnected)
 		ev.Number = ConnectionEventNonPeerRejected
 	}
 	evd := ep.connEVD
@@ -232,7 +232,7 @@ func (ep *EP) Disconnect(flags CloseFlags) error {
 		if flags == CloseGraceful {
 			a := &attempt{cancel: func() {}}
 			ep.attempt = a
-			ep.state = EPDisconnectPending
+			ep.setStateLocked(EPDisconnectPending)
 			ia.bg.Add(1)
 			ia.mu.Unlock()
 			go func() {
@@ -253,7 +253,7 @@ func (ep *EP) Disconnect(flags CloseFlags) error {
 		ep.attempt.cancel()
 		ep.attempt = nil
 	}
-	ep.state = EPDisconnected
+	ep.setStateLocked(EPDisconnected)
 	evd := ep.connEVD
 	ia.mu.Unlock()
 	if qp != nil {
@@ -275,7 +275,7 @@ func (ep *EP) disconnected(a *attempt, err error) {
 		return
 	}
 	ep.attempt = nil
-	ep.state = EPDisconnected
+	ep.setStateLocked(EPDisconnected)
 	evd := ep.connEVD
 	ia.mu.Unlock()
 	ep.flushQueues()
@@ -308,7 +308,7 @@ func (ep *EP) transportEnded(tag uint32, err error) {
 		return
 	}
 	ep.attempt = nil
-	ep.state = EPDisconnected
+	ep.setStateLocked(EPDisconnected)
 	evd := ep.connEVD
 	ia.mu.Unlock()
 	ep.flushQueues()

@@ -50,7 +50,7 @@ func (ep *EP) Modify(mask EPParamMask, p *EPParam) error {
 			return newError(op, InvalidState, ep.state.subtype(), "%s cannot be modified in %v", r.Name, ep.state)
 		}
 	}
-	if mask&FieldRecvCompletionFlags != 0 && ep.recvPosted {
+	if mask&FieldRecvCompletionFlags != 0 && ep.recvPosted.Load() {
 		return newError(op, InvalidState, ep.state.subtype(), "recv completion flags cannot change after a Recv was posted")
 	}
 
@@ -110,6 +110,7 @@ func (ep *EP) Modify(mask EPParamMask, p *EPParam) error {
 	qp, tag := ep.qp, ep.tag
 	if newCQs {
 		ep.qp, ep.tag = nil, 0
+		ep.publishLocked()
 	}
 	cfg := ep.driverConfig()
 	unlocked = true

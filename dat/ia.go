@@ -33,7 +33,9 @@ type IA struct {
 	lmrs   map[*LMR]struct{}
 	rmrs   map[*RMR]struct{}
 	// lmrByContext finds an LMR from the lmr_context in a DTO segment.
+	// Writers hold mu and lmrMu; readers either (posts take only lmrMu).
 	lmrByContext map[uint32]*LMR
+	lmrMu        sync.RWMutex
 	// crs holds the connection requests reported but not yet accepted or
 	// rejected, so that Close can refuse them.
 	crs map[*CR]struct{}
@@ -307,7 +309,10 @@ func (ia *IA) Close(flags CloseFlags) error {
 			e.cq.Close()
 		}
 	}
-	ia.pzs, ia.evds, ia.eps, ia.psps, ia.rsps, ia.srqs, ia.lmrs, ia.lmrByContext, ia.rmrs = nil, nil, nil, nil, nil, nil, nil, nil, nil
+	ia.lmrMu.Lock()
+	ia.lmrByContext = nil
+	ia.lmrMu.Unlock()
+	ia.pzs, ia.evds, ia.eps, ia.psps, ia.rsps, ia.srqs, ia.lmrs, ia.rmrs = nil, nil, nil, nil, nil, nil, nil, nil
 	ia.mu.Unlock()
 	if err := ia.prov.Close(); err != nil {
 		return providerError(op, err)

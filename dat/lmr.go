@@ -69,7 +69,9 @@ func (ia *IA) CreateLMR(pz *PZ, buf []byte, priv MemPriv) (*LMR, error) {
 		return nil, newError(op, InvalidHandle, HandleIA, "IA closed during registration")
 	}
 	ia.lmrs[l] = struct{}{}
+	ia.lmrMu.Lock()
 	ia.lmrByContext[mr.LKey()] = l
+	ia.lmrMu.Unlock()
 	return l, nil
 }
 
@@ -121,7 +123,9 @@ func (l *LMR) Free() error {
 	l.freed = true
 	l.pz.refs--
 	delete(ia.lmrs, l)
+	ia.lmrMu.Lock()
 	delete(ia.lmrByContext, l.prov.LKey())
+	ia.lmrMu.Unlock()
 	ia.mu.Unlock()
 	if err := l.prov.Close(); err != nil {
 		return providerError(op, err)

@@ -245,7 +245,7 @@ func (ia *IA) CreateRSP(qual ConnQual, ep *EP, evd *EVD) (*RSP, error) {
 		lis.Close()
 		return nil, err
 	}
-	ep.state = EPReserved
+	ep.setStateLocked(EPReserved)
 	ep.rsp = rsp
 	rsp.ep = ep
 	ia.rsps[rsp] = struct{}{}
@@ -284,7 +284,7 @@ func (rsp *RSP) serve(ctx context.Context) {
 	ia.crs[cr] = struct{}{}
 	ep.rsp = nil
 	ep.cr = cr
-	ep.state = EPPassiveConnectionPending
+	ep.setStateLocked(EPPassiveConnectionPending)
 	ia.mu.Unlock()
 	rsp.shutdown() // one request only: the RSP is gone
 	ev := Event{Number: ConnectionRequestEvent, CR: ConnRequestData{LocalAddr: req.Info().Local, Qual: rsp.qual, CR: cr}}
@@ -310,7 +310,7 @@ func (rsp *RSP) Free() error {
 	rsp.evd.refs--
 	rsp.evd.streams.cr--
 	if ep := rsp.ep; ep != nil && ep.state == EPReserved {
-		ep.state = EPUnconnected
+		ep.setStateLocked(EPUnconnected)
 		ep.rsp = nil
 	}
 	rsp.ep = nil
