@@ -19,20 +19,17 @@ package iwarp_test
 //	                                  each side's goroutine sleeps in CQ.Wait
 //	                                  for the next completion (one hop, like
 //	                                  TCPHop)
-//	BenchmarkPingPong/SendSpin        the same, but the waiters poll the CQ
-//	                                  for a while before they sleep, as
-//	                                  package dat's EVD waiters do
 //
 // Completions are taken from the CQs the way package dat takes them: poll,
-// optionally spin, then CQ.Wait. Streams end with a round trip that proves
-// the last byte arrived.
+// then sleep in CQ.Wait (without spinning first, as the IA advises:
+// IAAttr.Spin is 0). Streams end with a round trip that proves the last
+// byte arrived.
 
 import (
 	"context"
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -55,21 +52,16 @@ const (
 // benchCQ takes the completions of one CQ from one goroutine.
 type benchCQ struct {
 	cq   *iwarp.CQ
-	spin int // polls before sleeping in Wait
 	buf  [16]driver.Completion
 	n, i int
 }
 
 // next returns the next completion, or ok false once the CQ is closed.
 func (w *benchCQ) next() (c driver.Completion, ok bool) {
-	for spun := 0; w.i == w.n; spun++ {
+	for w.i == w.n {
 		w.n, w.i = w.cq.Poll(w.buf[:]), 0
 		if w.n > 0 {
 			break
-		}
-		if spun < w.spin {
-			runtime.Gosched()
-			continue
 		}
 		if err := w.cq.Wait(time.Time{}); err != nil {
 			return driver.Completion{}, false
@@ -172,11 +164,11 @@ func newBenchEnv(b *testing.B, prep func(side int, q *iwarp.QP, pd driver.PD)) *
 
 // serve runs f for every completion of side's CQ in a goroutine of its
 // own, until the CQ is closed.
-func (e *benchEnv) serve(side, spin int, f func(driver.Completion)) {
+func (e *benchEnv) serve(side int, f func(driver.Completion)) {
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		w := benchCQ{cq: e.cq[side], spin: spin}
+		w := benchCQ{cq: e.cq[side]}
 		for {
 			c, ok := w.next()
 			if !ok {
@@ -207,8 +199,7 @@ func BenchmarkStream(b *testing.B) {
 func BenchmarkPingPong(b *testing.B) {
 	b.Run("TCP", func(b *testing.B) { benchTCPPingPong(b, false) })
 	b.Run("TCPHop", func(b *testing.B) { benchTCPPingPong(b, true) })
-	b.Run("Send", func(b *testing.B) { benchRDMAPingPong(b, 0) })
-	b.Run("SendSpin", func(b *testing.B) { benchRDMAPingPong(b, 100) })
+	b.Run("Send", func(b *testing.B) { benchRDMAPingPong(b) })
 }
 
 // tcpPair returns a connected loopback TCP pair.
@@ -283,7 +274,7 @@ func benchRDMAStream(b *testing.B, n int, op driver.Opcode) {
 			}
 		}
 	})
-	e.serve(1, 0, func(c driver.Completion) {
+	e.serve(1, func(c driver.Completion) {
 		// Repost the same slot, then grant the credit.
 		slot := int(c.WRID)
 		if err := e.rsp.PostRecv(driver.RecvWR{ID: c.WRID, Local: []driver.SGE{dst.sge(slot*n, n)}}); err != nil {
@@ -380,8 +371,8 @@ func benchTCPPingPong(b *testing.B, hop bool) {
 // benchRDMAPingPong: a goroutine on the responder echoes every Send it
 // receives, as the TCP echo server does from its read loop; the
 // benchmark goroutine posts each ping and waits for the reply's receive
-// completion. Waiters poll spin times before they sleep in CQ.Wait.
-func benchRDMAPingPong(b *testing.B, spin int) {
+// completion.
+func benchRDMAPingPong(b *testing.B) {
 	var ibuf, rbuf benchRegion
 	e := newBenchEnv(b, func(side int, q *iwarp.QP, pd driver.PD) {
 		r := benchRegister(b, pd, 2*pingSize)
@@ -394,7 +385,7 @@ func benchRDMAPingPong(b *testing.B, spin int) {
 			rbuf = r
 		}
 	})
-	e.serve(1, spin, func(c driver.Completion) {
+	e.serve(1, func(c driver.Completion) {
 		if c.Op != driver.OpRecv {
 			return
 		}
@@ -405,7 +396,7 @@ func benchRDMAPingPong(b *testing.B, spin int) {
 			panic(err)
 		}
 	})
-	w := benchCQ{cq: e.cq[0], spin: spin}
+	w := benchCQ{cq: e.cq[0]}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

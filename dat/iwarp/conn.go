@@ -64,6 +64,10 @@ type connection struct {
 	idle sync.Cond
 
 	tx *sender // the write side's state, used by the writer-token holder
+	// sendLoopFn is c.sendLoop, bound once: a go statement calling the
+	// method allocates a closure for its receiver every time, one
+	// calling a func value without arguments does not.
+	sendLoopFn func()
 
 	// irdUsed counts the peer's Read Requests accepted and not answered
 	// yet, against the negotiated IRD. The receiver increments it (and
@@ -134,6 +138,7 @@ func (c *connection) start(q *QP) {
 	}
 	c.termWait = q.ia.opts.closeTimeout
 	c.tx = newSender(c)
+	c.sendLoopFn = c.sendLoop
 	q.ia.conns.Add(1)
 	go c.readLoop()
 }
@@ -188,7 +193,7 @@ func (c *connection) kickLocked() {
 	}
 	c.writing = true
 	c.senders.Add(1)
-	go c.sendLoop()
+	go c.sendLoopFn()
 }
 
 // handOffLocked ends a token holder's turn: if work is left the token
@@ -197,7 +202,7 @@ func (c *connection) kickLocked() {
 func (c *connection) handOffLocked() {
 	if !c.dead && c.hasWorkLocked() {
 		c.senders.Add(1)
-		go c.sendLoop()
+		go c.sendLoopFn()
 		return
 	}
 	c.releaseLocked()
@@ -346,14 +351,10 @@ func (c *connection) finish(rx *receiver, reason error) {
 
 // dropLocked forgets every unfinished work request without completing it
 // (the driver contract leaves flushing to package dat) and every reference
-// to registered memory. A receive taken from an SRQ for a Send that never
-// finished goes back to the SRQ instead: it is the SRQ's, not the QP's. Called with q.mu held, by the receiver goroutine
+// to registered memory. Called with q.mu held, by the receiver goroutine
 // in its teardown, once no writer is left.
 func (c *connection) dropLocked(rx *receiver) {
 	q := c.q
-	if rx.haveRecv && c.srq != nil {
-		c.srq.requeue(rx.recv)
-	}
 	rx.dropRecv()
 	rx.rd = nil
 	if c.srq == nil {

@@ -82,6 +82,10 @@ func (ia *IA) Attr() driver.IAAttr {
 		SRQPDDifference: !ia.opts.sameSRQPD, // receives are plain Go memory; any PD will do
 		MaxMR:           maxMRs,
 		MaxMRSize:       maxMRSize,
+		// No spin: completions are produced by goroutines of this
+		// process, woken by the network poller, which a spinning waiter
+		// keeps from running.
+		Spin: 0,
 	}
 }
 

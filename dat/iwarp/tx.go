@@ -71,11 +71,14 @@ type sender struct {
 }
 
 // inlineMax bounds the requests PostSend frames and writes itself (see
-// QP.PostSend). Up to it, one non-blocking writev usually takes the whole
-// request, so the poster saves the hand-off to a sender goroutine; larger
-// requests go to a sender goroutine, which batches whatever is queued
-// behind them into the same writevs.
-const inlineMax = 64 << 10
+// QP.PostSend). A small request is latency-bound (a request/response
+// protocol): writing it at once saves the hand-off to a sender goroutine.
+// Larger ones are usually part of a stream, where a sender goroutine
+// writing the requests queued meanwhile with one writev per batch, in
+// parallel with the poster, beats a writev per request in the poster's
+// goroutine: 4 KiB RDMA Writes, 8 outstanding, run at about 2 µs each
+// that way and about 5 µs written inline.
+const inlineMax = 2 << 10
 
 func newSender(c *connection) *sender {
 	s := &sender{
