@@ -48,6 +48,10 @@ type EVD struct {
 	dead       bool                // freed, or its IA closed
 	wcs        []driver.Completion // poll scratch
 
+	// policy overrides the IA's PollPolicy for this EVD's waiters (nil:
+	// the IA's); guarded by mu.
+	policy *PollPolicy
+
 	// oneOnly mirrors streams.thresholdOneOnly for Wait, which must not
 	// take ia.mu.
 	oneOnly atomic.Bool
@@ -364,6 +368,9 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 	seen := e.notified
 	first := true
 	policy := e.ia.poll
+	if e.policy != nil {
+		policy = *e.policy
+	}
 	var spinUntil time.Time
 	var timer *time.Timer
 	var stopCtx func() bool
@@ -461,6 +468,16 @@ func (e *EVD) giveUp(err *Error) (Event, int, error) {
 	n := e.n
 	e.mu.Unlock()
 	return Event{}, n, err
+}
+
+// SetPollPolicy makes the EVD's waiters wait as p says instead of as the
+// IA's IAOptions.Poll does. It is not part of DAT: it lets a consumer that
+// shares one IA between workloads (rdmanet's Dialer and ListenConfig) pick
+// per connection. It takes effect from the next Wait.
+func (e *EVD) SetPollPolicy(p PollPolicy) {
+	e.mu.Lock()
+	e.policy = &p
+	e.mu.Unlock()
 }
 
 // PostSE posts a software event carrying data (dat_evd_post_se). The EVD

@@ -1,6 +1,9 @@
 package rdmanet
 
-import "github.com/rdmanet/rdmanet/internal/ring"
+import (
+	"github.com/rdmanet/rdmanet/dat"
+	"github.com/rdmanet/rdmanet/internal/ring"
+)
 
 // Defaults. The buffer size was chosen by measurement (BenchmarkThroughput
 // with RDMANET_BENCH_BUF on loopback iWARP, 2 cores, 2 MiB L2): 128 KiB
@@ -27,6 +30,7 @@ const (
 
 // connConfig is what one connection is built with.
 type connConfig struct {
+	poll      dat.PollPolicy
 	bufSize   int
 	recvs     int
 	sendDepth int
@@ -35,14 +39,14 @@ type connConfig struct {
 	batch, urgent uint64
 }
 
-func newConnConfig(bufSize int) connConfig {
+func newConnConfig(bufSize int, poll dat.PollPolicy) connConfig {
 	if bufSize <= 0 {
 		bufSize = DefaultBufferSize
 	}
 	bufSize = max(bufSize, minBufferSize)
 	bufSize = (bufSize + pageSize - 1) &^ (pageSize - 1)
 	return connConfig{
-		bufSize: bufSize, recvs: defaultRecvs, sendDepth: defaultSendDepth,
+		poll: poll, bufSize: bufSize, recvs: defaultRecvs, sendDepth: defaultSendDepth,
 		batch: uint64(bufSize / 4), urgent: uint64(bufSize / 32),
 	}
 }

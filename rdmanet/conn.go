@@ -131,6 +131,7 @@ func newConn(s *sharedIA, cfg connConfig) (c *Conn, err error) {
 	if c.evd, err = s.ia.CreateEVD(cfg.recvs+cfg.sendDepth+16, dat.EVDDefault|dat.EVDSoftware); err != nil {
 		return nil, err
 	}
+	c.evd.SetPollPolicy(cfg.poll)
 	attr := dat.EPAttr{
 		ServiceType: dat.ServiceTypeRC, MaxMessageSize: ctrlSlot, MaxRDMASize: uint32(cfg.bufSize),
 		QoS: dat.QoSBestEffort, RecvCompletionFlags: dat.CompletionEVDThreshold, RequestCompletionFlags: dat.CompletionEVDThreshold,

@@ -37,6 +37,12 @@ type Dialer struct {
 	FallbackTCP bool
 	// NoDup turns off dup-connect reuse (below).
 	NoDup bool
+	// Poll says how a Read, Write or Close blocked on the connection
+	// waits for its completions: the zero value spins for as long as the
+	// IA's provider advises, then sleeps; dat.PollBusy never sleeps (the
+	// lowest latency, a busy core per blocked call); dat.PollEvent sleeps
+	// at once.
+	Poll dat.PollPolicy
 
 	// Live connections by "IA|address": a new dial to an address the
 	// Dialer already has a live connection to is made with DAT's
@@ -141,7 +147,7 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 		return nil, opError("dial", local, dst, err)
 	}
 	defer s.release() // the Conn holds its own reference
-	c, err := newConn(s, newConnConfig(d.bufferSize()))
+	c, err := newConn(s, newConnConfig(d.bufferSize(), d.Poll))
 	if err != nil {
 		return nil, opError("dial", local, dst, err)
 	}

@@ -27,6 +27,9 @@ type ListenConfig struct {
 	// BufferSize is each connection's ring and staging size (0:
 	// DefaultBufferSize).
 	BufferSize int
+	// Poll says how calls blocked on an accepted connection wait for
+	// completions, as Dialer.Poll does.
+	Poll dat.PollPolicy
 }
 
 const defaultBacklog = 128
@@ -96,7 +99,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 	if backlog <= 0 {
 		backlog = defaultBacklog
 	}
-	l := &Listener{ia: s, cfg: newConnConfig(lc.BufferSize), backlog: backlog,
+	l := &Listener{ia: s, cfg: newConnConfig(lc.BufferSize, lc.Poll), backlog: backlog,
 		pending: map[*Conn]struct{}{}, wake: make(chan struct{}, 1), done: make(chan struct{}), served: make(chan struct{}),
 		answering: make(chan struct{}, maxAnswering)}
 	fail := func(err error) (net.Listener, error) {
