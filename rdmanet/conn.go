@@ -59,7 +59,7 @@ type Conn struct {
 	setup  chan error // handshake outcome, cap 1
 
 	// Guarded by mu.
-	state connState
+	lc lifecycle
 	// Receive direction: the peer's producer position in our ring, our
 	// consumer position, and the consumer position we last reported.
 	rProd, rCons, rReported uint64
@@ -83,20 +83,10 @@ type Conn struct {
 	finSent         bool
 	readShut        bool
 	writeShut       bool
-	closed          bool
-	closing         bool  // Close is tearing down: flushes are expected
-	peerGone        bool  // DISCONNECTED or BROKEN seen
-	err             error // the transport is gone: why
+	err             error // the transport is gone (or Close came first): why
 	refs            int   // the Conn itself plus Reads/Writes inside it
 }
 
-type connState uint8
-
-const (
-	stateHandshake connState = iota
-	stateEstablished
-	stateFailed
-)
 
 // Timeouts of teardown: how long Close lets queued data and the FIN
 // drain, and how long it waits for the disconnect to finish.
@@ -183,7 +173,7 @@ func (c *Conn) established() {
 		c.raddr = &Addr{IP: p.RemoteAddr, Port: uint16(p.RemotePortQual)}
 	}
 	c.mu.Lock()
-	c.state = stateEstablished
+	c.moveLocked(lcOpen)
 	c.mu.Unlock()
 }
 
@@ -233,7 +223,7 @@ func (c *Conn) SetWriteDeadline(t time.Time) error {
 
 func (c *Conn) live(op string) error {
 	c.mu.Lock()
-	closed := c.closed
+	closed := c.closedLocked()
 	c.mu.Unlock()
 	if closed {
 		return opError(op, c.laddr, c.raddr, net.ErrClosed)
@@ -250,7 +240,7 @@ func (c *Conn) live(op string) error {
 // own that drives it until it closes or the peer finishes (see progress).
 func (c *Conn) CloseRead() error {
 	c.mu.Lock()
-	if c.closed {
+	if c.closedLocked() {
 		c.mu.Unlock()
 		return opError("close", c.laddr, c.raddr, net.ErrClosed)
 	}
@@ -277,7 +267,7 @@ func (c *Conn) discard() {
 	for {
 		k := c.pr.kicks.Load()
 		c.mu.Lock()
-		over := c.closed || c.rFIN || c.err != nil || c.peerGone
+		over := c.closedLocked() || c.rFIN || c.err != nil
 		c.mu.Unlock()
 		if over {
 			return
@@ -296,7 +286,7 @@ func (c *Conn) discard() {
 // delivered, the peer reads io.EOF. Reading goes on.
 func (c *Conn) CloseWrite() error {
 	c.mu.Lock()
-	if c.closed {
+	if c.closedLocked() {
 		c.mu.Unlock()
 		return opError("close", c.laddr, c.raddr, net.ErrClosed)
 	}
@@ -320,11 +310,11 @@ func (c *Conn) CloseWrite() error {
 // disconnect), unless the transport is already gone.
 func (c *Conn) Close() error {
 	c.mu.Lock()
-	if c.closed {
+	if c.closedLocked() {
 		c.mu.Unlock()
 		return opError("close", c.laddr, c.raddr, net.ErrClosed)
 	}
-	c.closed = true
+	c.moveLocked(lcClosing)
 	c.finWanted = true
 	close(c.done)
 	c.mu.Unlock()
@@ -346,9 +336,10 @@ func (c *Conn) teardown() {
 	for {
 		k := c.pr.kicks.Load()
 		c.mu.Lock()
-		gone := c.err != nil || c.peerGone || c.state != stateEstablished
+		// The transport's end, or a handshake that never finished
+		// (abandon), always leaves err set.
+		gone := c.err != nil
 		drained = !gone && (!c.finWanted || c.finSent) && c.posted == c.completed
-		c.closing = true
 		c.mu.Unlock()
 		if gone || drained || expired.Load() {
 			break
@@ -379,6 +370,7 @@ func (c *Conn) teardown() {
 	if c.err == nil {
 		c.err = net.ErrClosed
 	}
+	c.moveLocked(lcClosed)
 	c.mu.Unlock()
 	c.rdl.stop()
 	c.wdl.stop()
@@ -429,7 +421,7 @@ func (c *Conn) destroy() {
 func (c *Conn) enter() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.closedLocked() {
 		return net.ErrClosed
 	}
 	c.refs++
@@ -458,7 +450,8 @@ func (c *Conn) releaseMemory() {
 // blocked call wakes and reports err.
 func (c *Conn) fail(err error) {
 	c.mu.Lock()
-	first := c.err == nil && !c.closing
+	// Once Close has begun, teardown decides how to disconnect.
+	first := c.err == nil && !c.closedLocked()
 	if c.err == nil {
 		c.err = err
 	}

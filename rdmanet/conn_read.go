@@ -48,7 +48,7 @@ func (c *Conn) awaitData() (uint64, error) {
 		c.mu.Lock()
 		avail := c.rProd - c.rCons
 		switch {
-		case c.closed:
+		case c.closedLocked():
 			c.mu.Unlock()
 			return 0, net.ErrClosed
 		case c.readShut:

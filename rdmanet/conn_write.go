@@ -66,7 +66,7 @@ func (c *Conn) reserve(want uint64) (uint64, error) {
 		}
 		c.mu.Lock()
 		switch {
-		case c.closed:
+		case c.closedLocked():
 			c.mu.Unlock()
 			return 0, net.ErrClosed
 		case c.writeShut:
@@ -76,9 +76,6 @@ func (c *Conn) reserve(want uint64) (uint64, error) {
 			err := c.err
 			c.mu.Unlock()
 			return 0, err
-		case c.peerGone:
-			c.mu.Unlock()
-			return 0, errPeerClosed
 		}
 		if want == 0 {
 			c.mu.Unlock()

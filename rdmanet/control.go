@@ -114,7 +114,8 @@ func (c *Conn) flushControlPosting() {
 // canControlLocked reports whether a control message may be posted now.
 // Callers hold c.mu.
 func (c *Conn) canControlLocked() bool {
-	return c.state == stateEstablished && c.err == nil &&
+	// Open, or closing an open Conn: the FIN goes after the data.
+	return (c.lc == lcOpen || c.lc == lcClosing) && c.err == nil &&
 		c.posted-c.completed < uint64(c.cfg.sendDepth) && c.cc.canSend()
 }
 

@@ -193,7 +193,10 @@ var testHelloHook func([]byte) []byte
 // abandon tears down a connection that never reached its user.
 func (c *Conn) abandon() {
 	c.mu.Lock()
-	c.closed = true
+	c.moveLocked(lcClosing)
+	if c.err == nil {
+		c.err = net.ErrClosed // never open: teardown sends nothing
+	}
 	close(c.done)
 	c.mu.Unlock()
 	c.teardown()
@@ -208,7 +211,7 @@ func (d *Dialer) template(key string) *Conn {
 		return nil
 	}
 	c.mu.Lock()
-	ok := !c.closed && c.err == nil && c.state == stateEstablished
+	ok := c.lc == lcOpen && c.err == nil
 	c.mu.Unlock()
 	if !ok {
 		return nil
@@ -240,7 +243,7 @@ func (d *Dialer) forget(c *Conn) {
 func (c *Conn) isDone() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.closed || c.err != nil
+	return c.closedLocked() || c.err != nil
 }
 
 // Dup opens another connection to the same peer through DAT's

@@ -26,7 +26,7 @@ func (c *Conn) handle(ev *dat.Event) {
 	case dat.ConnectionEventPeerRejected, dat.ConnectionEventNonPeerRejected, dat.ConnectionEventUnreachable,
 		dat.ConnectionEventTimedOut, dat.ConnectionEventAcceptCompletionErr:
 		c.mu.Lock()
-		c.state = stateFailed
+		c.moveLocked(lcFailed)
 		c.mu.Unlock()
 		c.setupDone(connectError(ev))
 	case dat.ConnectionEventDisconnected, dat.ConnectionEventBroken:
@@ -50,7 +50,7 @@ func (c *Conn) onEstablished(ev *dat.Event) {
 		h, err := handshake.ParseHello(ev.Conn.PrivateData)
 		if err != nil {
 			c.mu.Lock()
-			c.state = stateFailed
+			c.moveLocked(lcFailed)
 			c.mu.Unlock()
 			c.ep.Disconnect(dat.CloseAbrupt)
 			c.setupDone(handshakeError(false, err.(*handshake.Error)))
@@ -171,7 +171,6 @@ func (c *Conn) onSendDone(ev *dat.Event) {
 // reset error if not; Writes fail.
 func (c *Conn) onDisconnected(ev *dat.Event) {
 	c.mu.Lock()
-	c.peerGone = true
 	if c.err == nil {
 		switch {
 		case ev.Number == dat.ConnectionEventBroken:
@@ -182,10 +181,12 @@ func (c *Conn) onDisconnected(ev *dat.Event) {
 			c.err = errReset
 		}
 	}
-	state := c.state
-	c.state = stateFailed
+	wasHandshake := c.lc == lcHandshake
+	if !c.moveLocked(lcPeerGone) {
+		c.moveLocked(lcFailed) // in the handshake; closing Conns stay so
+	}
 	c.mu.Unlock()
-	if state == stateHandshake {
+	if wasHandshake {
 		c.setupDone(errReset)
 	}
 	c.wakeAll()
