@@ -1,7 +1,8 @@
 // Package iwarp is rdmanet's pure-Go iWARP provider: MPA/DDP/RDMAP over a
 // plain TCP connection, wire-compatible with Linux soft-iWARP (siw) and
-// iWARP NICs. It implements the provider contract of package dat/driver;
-// package dat registers Driver as the built-in "iwarp" provider.
+// iWARP NICs. It implements the provider contract of package dat/driver,
+// with its optional shared receive queues and memory windows, and
+// registers Driver as the "iwarp" provider when it is imported.
 //
 // It covers connection management (IA/PD/MR/SRQ/QP objects, listening,
 // the MPA Request/Reply exchange of RFC 5044 §7.1 and RFC 6581, teardown)
@@ -86,22 +87,27 @@
 //
 // # Data path
 //
-// Each connection has a receive goroutine and a send goroutine. The send
-// goroutine frames queued work into FPDUs and writes batches of them with
-// one writev: net.Buffers{header, payload pieces..., trailer, header, ...}
-// whose payload entries are the registered memory itself, with the
-// CRC-32C computed over the pieces in place when CRC was negotiated. A
-// message longer than the MULPDU allows is cut into DDP segments whose
-// FPDUs follow each other back to back (non-last ones carry a multiple of
-// 8 payload bytes and need no pad); segments of two messages never
-// interleave. When nothing else is outstanding, PostSend frames a small
-// request (up to 2 KiB, or 64 KiB from a completion handler) itself and
-// makes one non-blocking writev, handing what the socket does not take at
-// once to the send goroutine; larger requests go to that goroutine, which
-// batches queued requests into one writev. PostSend never
-// waits for the network. Sends use untagged queue 0 and Read Requests
-// queue 1, each with MSNs from 1; Read Responses are queued by the
-// receiver and sent ahead of new work, in request order.
+// An established connection costs one goroutine when idle: its receive
+// goroutine. The socket's write side has one owner at a time, the holder
+// of a writer token. A small request (up to 2 KiB) posted while nothing
+// is queued and nobody writes is framed by PostSend itself and written
+// with one non-blocking writev: a request/response protocol pays no
+// hand-off between goroutines. Everything else (larger requests, what the
+// socket did not take at once, Read Responses, Reads and fenced requests
+// that had to wait, a graceful drain) is written by a sender goroutine
+// that exists only while such work is queued and exits when it runs out.
+// It batches whatever is queued into one writev: net.Buffers{header,
+// payload pieces..., trailer, header, ...} whose payload entries are the
+// registered memory itself, with the CRC-32C computed over the pieces in
+// place when CRC was negotiated; for a stream of messages this beats a
+// writev per message in the poster's goroutine. A message longer than
+// the MULPDU allows is cut into DDP segments whose FPDUs follow each
+// other back to back (non-last ones carry a multiple of 8 payload bytes
+// and need no pad); segments of two messages never interleave. PostSend
+// never waits for the network. Sends use untagged queue 0 and Read
+// Requests queue 1, each with MSNs from 1; Read Responses are queued by
+// the receiver and sent ahead of new work, in request order. Steady-state
+// posting, sending, receiving and completing allocate nothing.
 //
 // The receive goroutine reads each FPDU's length, control word and header
 // through a 4 KiB read-ahead buffer, validates it completely, and then
@@ -116,29 +122,45 @@
 //
 // # Completions
 //
-// Every posted work request completes exactly once, and the requests of
-// one queue (receive queue, send queue) complete in post order. A Send or
-// RDMA Write completes when its last byte has been handed to TCP, as siw
-// does (TCP then delivers it or the connection fails); an RDMA Read when
-// its whole Response has been placed; a receive when the last segment of
-// its Send arrived intact (Length is the message length, Solicited is set
-// for Send with SE). A finished request that has an older one still
-// outstanding (a Write behind a Read) completes after it. Statuses: a
+// Completions are pulled: each finished work request is appended to the
+// CQ its QP was created with (CQ, a growable ring that never loses one),
+// directly by the goroutine that finished it (the receive goroutine for
+// receives and Reads, the sender goroutine or the posting goroutine for
+// Sends and Writes), and the consumer's goroutine takes it with Poll and
+// sleeps in Wait. No goroutine stands between a completion and its
+// waiter, and nothing calls back into the consumer on the data path. The
+// IA advises no spinning before Wait (IAAttr.Spin 0): completions come
+// from goroutines of this process, which a spinning waiter keeps from
+// running.
+//
+// A Send or RDMA Write completes when its last byte has been handed to TCP,
+// as siw does (TCP then delivers it or the connection fails); an RDMA Read
+// when its whole Response has been placed; a receive when the last segment
+// of its Send arrived intact (Length is the message length, Solicited is
+// set for Send with SE). So a Send or Write posted behind a Read
+// completes before it: requests of one queue may complete out of post
+// order, and package dat, which numbers the posts, restores the order.
+// Sends and Writes complete in post order among themselves, and so do
+// Reads. A successful Send or Write posted without SendSignaled produces
+// no completion (a later completion of the QP implies it). Errors: a
 // receive too small for its Send completes with StatusLocalLength, one
 // naming memory the QP may not write with StatusLocalProtection; a Read
-// whose Response does not match it with StatusBadResponse; on disconnect,
-// failure or Close everything still outstanding completes StatusFlushed,
-// receives and send-side requests each in post order, after which new
-// posts flush at once. A graceful Disconnect first lets the send side
+// whose Response does not match it with StatusBadResponse.
+//
+// When a connection ends (Disconnect, Close, the peer, a failure) the
+// provider drops every request it did not finish without completing it:
+// package dat flushes them, after it has polled every completion the
+// provider did produce. For that, Disconnect and Close return only once
+// the connection is quiescent (no goroutine of it writes into registered
+// memory or produces a completion any more, and every completion it
+// produced is in its CQ), and OnDisconnect, called at most once, only for
+// a connection that ended without a local Disconnect or Close, comes
+// after that point, from the receive goroutine, never from a post or a
+// Poll. Requests posted after the end are accepted and dropped the same
+// way. A receive an SRQ lent to a connection that ended inside its Send
+// goes back to the SRQ. A graceful Disconnect first lets the send side
 // finish (Sends and Writes handed to TCP, Reads answered and the peer's
 // Read Requests served, bounded by close_timeout), then sends FIN.
-//
-// Completions are delivered by the goroutine that produced them (receive
-// or send goroutine) when no delivery is running, else by a short-lived
-// delivery goroutine; never by the caller of PostSend or PostRecv.
-// Handlers must not block for long; a handler may call Close, Disconnect
-// or Reset of its own QP (they do not wait for the goroutine running the
-// handler).
 //
 // # Protocol errors and Terminate
 //
@@ -154,7 +176,7 @@
 // name a REMOTE_READ region of the QP's PD within bounds. A violation
 // sends one Terminate with siw's layer/type/code and attachment (control
 // word in RFC 5040 layout; MSN 1, MO 0, QN 2), fails the connection and
-// reports Disconnected with a *TerminateError; a received Terminate ends
+// reports OnDisconnect with a *TerminateError; a received Terminate ends
 // the connection the same way (TerminateError.Remote), unanswered. The
 // codes: unknown STag, wrong key or missing REMOTE_WRITE DDP/tagged/0, out
 // of bounds 1, another PD 2, TO wrap 3, bad DDP version 4 (untagged 6);

@@ -8,8 +8,9 @@ import (
 	"github.com/rdmanet/rdmanet/dat/driver"
 )
 
-// Driver is the iWARP provider. Its zero value is ready to use; package dat
-// registers it as the built-in "iwarp" provider.
+// Driver is the iWARP provider. Its zero value is ready to use; the
+// package registers it as "iwarp" (see IA's init), so importing the
+// package, for its side effect if nothing else, makes it available.
 type Driver struct{}
 
 var _ driver.Driver = Driver{}

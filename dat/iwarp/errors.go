@@ -8,7 +8,7 @@ import (
 )
 
 // ErrAborted reports that a connection attempt (Connect or Request.Accept)
-// was cut short by a local Disconnect, Close or Reset of the QP, or that a
+// was cut short by a local Disconnect or Close of the QP, or that a
 // request was refused because its listener closed.
 var ErrAborted = errors.New("iwarp: connection establishment aborted locally")
 

@@ -43,6 +43,8 @@ var (
 	_ driver.SRQCreator = (*IA)(nil)
 )
 
+// The provider registers itself, as database/sql drivers do: package dat
+// imports no provider, a program picks the ones it links in.
 func init() { driver.Register("iwarp", Driver{}) }
 
 func newIA(o options) *IA {
@@ -204,7 +206,8 @@ func (ia *IA) Listen(cfg driver.ListenConfig) (driver.Listener, error) {
 // Close releases the IA. Package dat closes every object first; whatever
 // is still open (listeners, QPs) is closed here, and Close returns once
 // every connection's goroutine has ended, so that no socket or goroutine
-// outlives the IA.
+// outlives the IA. (It must therefore not be called from OnDisconnect,
+// which runs on such a goroutine.)
 func (ia *IA) Close() error {
 	ia.mu.Lock()
 	if ia.closed {

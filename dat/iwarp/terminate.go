@@ -7,7 +7,7 @@ import (
 	"github.com/rdmanet/rdmanet/dat/iwarp/internal/wire"
 )
 
-// TerminateError is the Disconnected error of a connection that ended with
+// TerminateError is the OnDisconnect error of a connection that ended with
 // an iWARP Terminate message (RFC 5040 §4.8): either this provider found
 // the peer violating the protocol and sent one (Remote false), or the peer
 // sent one (Remote true). Layer, EType and ECode are the Terminate Control
