@@ -201,6 +201,10 @@ func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTrip
 		q = &ep.recvQ
 	} else {
 		ent.op = [...]driver.Opcode{kindSend: driver.OpSend, kindWrite: driver.OpRDMAWrite, kindRead: driver.OpRDMARead}[kind]
+		ent.length = uint32(total)
+		if kind == kindRead {
+			ent.length = remote.Length
+		}
 		// Only a SUPPRESSed Send or Write may complete silently: its
 		// success then shows in a later completion. A Read always reports,
 		// since it may finish after requests posted behind it.

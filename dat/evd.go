@@ -249,12 +249,12 @@ func (e *EVD) absorbLocked(cs []driver.Completion) (lost int) {
 				continue // a QP already destroyed: its EP is gone
 			}
 		}
-		if c.Op == driver.OpRecv && c.WRID&srqWRIDBit != 0 {
+		if c.WRID&srqWRIDBit != 0 {
 			lost += ep.srqCompletionLocked(e, c)
 			continue
 		}
 		q := &ep.sendQ
-		if c.Op == driver.OpRecv {
+		if c.WRID&recvWRIDBit != 0 {
 			q = &ep.recvQ
 		}
 		q.mu.Lock()

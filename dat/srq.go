@@ -48,9 +48,17 @@ type SRQ struct {
 	free   []uint32
 }
 
-// srqWRIDBit marks a receive posted to an SRQ: its WRID is the bit plus
-// its slot. Work queues number their requests from zero and never reach it.
-const srqWRIDBit = 1 << 63
+// The WRIDs dat gives providers: an EP's send-side request is its
+// sequence number, an EP's receive has recvWRIDBit set as well, and a
+// receive posted to an SRQ is srqWRIDBit plus its slot. The queue is read
+// from the WRID, not from Completion.Op, which a device may not report on
+// a failed completion. Every WRID is below 2^62 (driver.MaxWRID), so
+// providers keep the top two bits for requests of their own.
+const (
+	recvWRIDBit = 1 << 60
+	srqWRIDBit  = 1 << 61
+	seqMask     = recvWRIDBit - 1
+)
 
 // takeSlot records cookie in a free slot and returns its WRID.
 func (s *SRQ) takeSlot(cookie uint64) (uint64, bool) {

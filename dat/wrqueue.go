@@ -59,7 +59,9 @@ type wrEntry struct {
 	mode   deliveryMode
 	// signaled is false for a request the provider may complete silently
 	// (posted unsignalled): a later completion implies its success.
-	signaled  bool
+	signaled bool
+	// length is the bytes a send-side request moves (set when posted) or
+	// the length of the message a receive took (set when it completes).
 	done      bool
 	status    driver.Status
 	length    uint32
@@ -106,11 +108,15 @@ func (q *wrQueue) signalDue() bool {
 	return false
 }
 
-// push numbers a new request. Callers hold mu and checked full.
+// push numbers a new request and returns its WRID. Callers hold mu and
+// checked full.
 func (q *wrQueue) push(e wrEntry) uint64 {
 	seq := q.next
 	*q.at(seq) = e
 	q.next++
+	if q.recv {
+		return seq | recvWRIDBit
+	}
 	return seq
 }
 
@@ -127,7 +133,7 @@ func (q *wrQueue) dropNewest() {
 // unsignalled requests posted before it, which the provider may never
 // report. Callers hold mu.
 func (q *wrQueue) complete(c *driver.Completion) {
-	seq := c.WRID
+	seq := c.WRID & seqMask
 	if seq < q.head || seq >= q.next {
 		return
 	}
@@ -135,10 +141,13 @@ func (q *wrQueue) complete(c *driver.Completion) {
 	if e.done {
 		return
 	}
-	e.done, e.status, e.length, e.solicited = true, c.Status, c.Length, c.Solicited
+	e.done, e.status, e.solicited = true, c.Status, c.Solicited
 	if q.recv {
+		e.length = c.Length // the message's length
 		return
 	}
+	// A send-side request's length is the one posted: devices need not
+	// report it.
 	for s := q.head; s < seq; s++ {
 		if p := q.at(s); !p.done && !p.signaled {
 			p.done, p.status = true, driver.StatusSuccess

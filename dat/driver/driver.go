@@ -145,7 +145,9 @@ type QP interface {
 	// connection's addresses), rejects (an error wrapping a *RejectError),
 	// or the attempt fails. An expired ctx deadline must be reported as
 	// context.DeadlineExceeded. A QP connects at most once: package dat
-	// creates a new QP to connect an endpoint again.
+	// creates a new QP to connect an endpoint again. When Connect fails,
+	// the QP is quiescent as after Disconnect: dat flushes the receives
+	// posted to it at once.
 	Connect(ctx context.Context, remote net.Addr, privateData []byte) (ConnectResult, error)
 	// Disconnect ends the connection, or aborts its establishment. A
 	// graceful disconnect first lets the send-side work finish (bounded
@@ -189,7 +191,8 @@ type Request interface {
 	Info() RequestInfo
 	// Accept completes the connection on qp, which must never have
 	// connected, sending privateData to the peer. It returns once the
-	// connection is established or has failed.
+	// connection is established or has failed; on failure qp is quiescent,
+	// as Connect's is.
 	Accept(ctx context.Context, qp QP, privateData []byte) (ConnectResult, error)
 	// Reject refuses the request, delivering privateData to the peer as a
 	// consumer (peer) reject.

@@ -91,7 +91,9 @@ const (
 type CQConfig struct {
 	// Size is the number of completions the consumer expects to hold at
 	// once. A CQ never loses a completion: a provider whose queues are of
-	// fixed size makes room for the work queues attached to it.
+	// fixed size makes room for the work queues attached to it as they
+	// attach, and where it cannot (a device that cannot resize a CQ),
+	// CreateQP fails with an error wrapping ErrResources.
 	Size int
 }
 
@@ -248,17 +250,28 @@ const (
 	StatusReceiverNotReady Status = 9
 )
 
+// MaxWRID bounds the IDs package dat gives work requests: every ID is
+// below it, so a provider may use IDs with either of the top two bits set
+// for requests of its own (drain markers, window binds) and tell them
+// apart from dat's in its CQ.
+const MaxWRID = 1 << 62
+
 // Completion reports a finished work request.
 type Completion struct {
 	// WRID is the ID the request was posted with.
 	WRID uint64
 	// QPTag is the Tag of the QP the request ran on (for a receive from
 	// an SRQ, the QP that consumed it).
-	QPTag  uint32
+	QPTag uint32
+	// Op is the request's operation. Package dat does not rely on it (it
+	// knows what it posted): a device that does not say on a failed or
+	// flushed completion may report OpRecv for any receive and OpSend for
+	// any send-side request.
 	Op     Opcode
 	Status Status
-	// Length is the number of bytes transferred (receives: the message
-	// length) on success.
+	// Length is the length of the message a successful receive took.
+	// Package dat ignores it for send-side requests, whose length it
+	// knows.
 	Length uint32
 	// Solicited is set on a receive completed by a Send with SE. A
 	// provider that cannot tell (verbs work completions do not say) sets
