@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rdmanet/rdmanet/dat"
 )
 
 // The APIs rdmaperf drives.
@@ -33,6 +35,8 @@ type config struct {
 	echo   bool
 	depth  int
 	poll   bool
+	// wait is how blocked calls wait for completions (dat.PollPolicy).
+	wait   dat.PollPolicy
 	buffer int
 	// Diagnostics: files for a CPU profile and an execution trace.
 	cpuprofile, trace string
@@ -56,7 +60,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	c := &config{}
 	fs := flag.NewFlagSet("rdmaperf", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var test string
+	var test, wait string
 	fs.BoolVar(&c.server, "s", false, "run the server (serves one test, then exits)")
 	fs.StringVar(&c.host, "c", "", "run the client against this server `address`")
 	fs.StringVar(&c.bind, "bind", "", "server, rdmanet and tcp: the `address` to listen on (default: the IA's address; dat listens on the IA)")
@@ -71,6 +75,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.depth, "depth", 128, "client, dat bw: RDMA Writes outstanding (perftest's tx-depth)")
 	fs.IntVar(&c.buffer, "buffer", 0, "rdmanet: ring and staging buffer size in bytes, each side (0: rdmanet.DefaultBufferSize)")
 	fs.BoolVar(&c.poll, "poll", false, "dat: busy-poll the EVDs (dat_evd_dequeue) instead of waiting")
+	fs.StringVar(&wait, "wait", "adaptive", "rdmanet and dat: how a blocked call waits for completions: adaptive (spin, then sleep), busy or event")
+	fs.DurationVar(&c.wait.Spin, "spin", 0, "rdmanet and dat, --wait adaptive: the spin before sleeping (0: the provider's advice)")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to `file`")
 	fs.StringVar(&c.trace, "trace", "", "write an execution trace of the run to `file` (go tool trace)")
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "give up after this long")
@@ -86,6 +92,16 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	var err error
 	if c.test, err = parseTest(test); err != nil {
 		return nil, err
+	}
+	switch wait {
+	case "adaptive":
+		c.wait.Mode = dat.PollAdaptive
+	case "busy":
+		c.wait.Mode = dat.PollBusy
+	case "event":
+		c.wait.Mode = dat.PollEvent
+	default:
+		return nil, fmt.Errorf("--wait %q: want adaptive, busy or event", wait)
 	}
 	if c.warmup < 0 {
 		c.warmup = c.iters / 10

@@ -71,7 +71,7 @@ func parseAdvert(b []byte) (advert, error) {
 func openEnd(ctx context.Context, cfg *config) (*datEnd, error) {
 	e := &datEnd{ctx: ctx, poll: cfg.poll}
 	var err error
-	if e.ia, err = dat.OpenIA(ctx, cfg.ia, nil); err != nil {
+	if e.ia, err = dat.OpenIA(ctx, cfg.ia, &dat.IAOptions{Poll: cfg.wait}); err != nil {
 		return nil, err
 	}
 	if e.pz, err = e.ia.CreatePZ(); err != nil {

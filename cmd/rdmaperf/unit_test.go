@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rdmanet/rdmanet/dat"
 )
 
 func TestParamsRoundTrip(t *testing.T) {
@@ -40,6 +42,17 @@ func TestParseFlags(t *testing.T) {
 	if a, err := cfg.dialAddr(); err != nil || a.String() != "192.0.2.1:18600" {
 		t.Errorf("dialAddr = %v, %v", a, err)
 	}
+	if cfg.wait != (dat.PollPolicy{}) {
+		t.Errorf("default --wait = %+v, want the zero PollPolicy", cfg.wait)
+	}
+	busy, err := parseFlags(strings.Fields("-c 1.2.3.4 --ia x --wait busy"), io.Discard)
+	if err != nil || busy.wait.Mode != dat.PollBusy {
+		t.Errorf("--wait busy: %+v, %v", busy, err)
+	}
+	spin, err := parseFlags(strings.Fields("-c 1.2.3.4 --ia x --wait adaptive --spin 20us"), io.Discard)
+	if err != nil || spin.wait != (dat.PollPolicy{Mode: dat.PollAdaptive, Spin: 20 * time.Microsecond}) {
+		t.Errorf("--spin 20us: %+v, %v", spin, err)
+	}
 	srv, err := parseFlags(strings.Fields("-s --ia verbs:192.0.2.1 --port 7000"), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +72,7 @@ func TestParseFlags(t *testing.T) {
 		"-c 1.2.3.4 --ia x --poll",
 		"-s --ia x extra",
 		"-s --ia x --bind nohost",
+		"-c 1.2.3.4 --ia x --wait sometimes",
 	} {
 		if _, err := parseFlags(strings.Fields(bad), io.Discard); err == nil {
 			t.Errorf("parseFlags(%q) accepted", bad)
