@@ -9,9 +9,16 @@ import "C"
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
 )
+
+// defaultSpin is the spin the provider advises waiters (IAAttr.Spin):
+// about a small-message round trip on a NIC, and a few on rxe and siw
+// under emulation, far below the cost of a completion-channel wake-up
+// there (hundreds of microseconds). See package dat's PollPolicy.
+const defaultSpin = 50 * time.Microsecond
 
 // Private-data limits per transport: on IB and RoCE the REQ is the binding
 // constraint (92 bytes minus the 36-byte rdma_cm header). On iWARP the
@@ -75,6 +82,10 @@ func queryAttr(ctx *C.struct_ibv_context, port uint8) (driver.IAAttr, devLimits,
 		// The IB spec leaves it to the device whether an SRQ may serve
 		// QPs of another PD; say no, which every device honours.
 		SRQPDDifference: false,
+		// The device writes completions where a poll sees them at once,
+		// while a sleeping waiter pays a completion-channel event and a
+		// wake-up: spin for about a small-message round trip first.
+		Spin: defaultSpin,
 	}
 	if a.MaxReadSGE == 0 {
 		// max_sge_rd is an IB "RD" QP limit some drivers leave at zero;
