@@ -69,6 +69,11 @@ type connection struct {
 	// calling a func value without arguments does not.
 	sendLoopFn func()
 
+	// Race-detector clocks of the stream's two directions (race_on.go;
+	// nil in normal builds).
+	raceTx, raceRx *byte
+	raceForget     func()
+
 	// irdUsed counts the peer's Read Requests accepted and not answered
 	// yet, against the negotiated IRD. The receiver increments it (and
 	// alone checks it); the writer decrements it when it frames the last
@@ -139,6 +144,7 @@ func (c *connection) start(q *QP) {
 	c.termWait = q.ia.opts.closeTimeout
 	c.tx = newSender(c)
 	c.sendLoopFn = c.sendLoop
+	c.raceTx, c.raceRx, c.raceForget = raceClocks(c.info.Local, c.info.Remote)
 	q.ia.conns.Add(1)
 	go c.readLoop()
 }
@@ -346,15 +352,21 @@ func (c *connection) finish(rx *receiver, reason error) {
 		_, _ = io.Copy(io.Discard, c.tc)
 	}
 	_ = c.tc.Close()
+	c.raceForget()
 	close(c.closed)
 }
 
 // dropLocked forgets every unfinished work request without completing it
 // (the driver contract leaves flushing to package dat) and every reference
-// to registered memory. Called with q.mu held, by the receiver goroutine
-// in its teardown, once no writer is left.
+// to registered memory. A receive taken from an SRQ for a Send that never
+// finished goes back to the SRQ instead: it is the SRQ's, not the QP's.
+// Called with q.mu held, by the receiver goroutine in its teardown, once
+// no writer is left.
 func (c *connection) dropLocked(rx *receiver) {
 	q := c.q
+	if rx.haveRecv && c.srq != nil {
+		c.srq.requeue(rx.recv)
+	}
 	rx.dropRecv()
 	rx.rd = nil
 	if c.srq == nil {

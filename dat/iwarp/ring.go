@@ -21,6 +21,16 @@ func (r *ring[T]) push(v T) {
 	r.n++
 }
 
+// pushFront inserts v before the oldest element.
+func (r *ring[T]) pushFront(v T) {
+	if r.n == len(r.buf) {
+		r.grow()
+	}
+	r.head = (r.head + len(r.buf) - 1) % len(r.buf)
+	r.buf[r.head] = v
+	r.n++
+}
+
 // at returns a pointer to the i-th element from the front (0: oldest).
 func (r *ring[T]) at(i int) *T { return &r.buf[(r.head+i)%len(r.buf)] }
 

@@ -150,6 +150,7 @@ func (rx *receiver) fill(n int) error {
 	}
 	for rx.w-rx.r < n {
 		m, err := rx.tc.Read(rx.buf[rx.w:])
+		raceAcquire(rx.c.raceRx)
 		rx.w += m
 		if err != nil && rx.w-rx.r < n {
 			if errors.Is(err, io.EOF) && rx.w > rx.r {
@@ -181,6 +182,7 @@ func (rx *receiver) readInto(p []byte) error {
 			continue
 		}
 		m, err := rx.readDirect(rem)
+		raceAcquire(rx.c.raceRx)
 		n += m
 		if err != nil && n < len(p) {
 			if errors.Is(err, io.EOF) {

@@ -85,6 +85,19 @@ func (s *SRQ) take() (recvWR, bool) {
 	return wr, true
 }
 
+// requeue gives back a receive that a QP took for a Send that never
+// finished (its connection ended): the receive is still posted as far
+// as package dat knows, so another QP may complete it. It goes back to
+// the front, where it was taken from. Its bytes are undefined until a
+// completion says otherwise, as for any posted receive.
+func (s *SRQ) requeue(wr recvWR) {
+	s.mu.Lock()
+	if !s.closed {
+		s.wrs.pushFront(wr)
+	}
+	s.mu.Unlock()
+}
+
 // Close destroys the SRQ. Its receives are dropped: package dat flushes
 // them (it destroys an SRQ only when no EP uses it).
 func (s *SRQ) Close() error {

@@ -243,6 +243,7 @@ func (s *sender) finishLocked() {
 // write puts s.wbuf on the socket: all of it (block), or as much as the
 // socket takes now. ok reports that nothing is left.
 func (s *sender) write(block bool) (ok bool, err error) {
+	raceRelease(s.c.raceTx)
 	if block {
 		_, err = s.wbuf.WriteTo(s.c.tc)
 		return err == nil, err
