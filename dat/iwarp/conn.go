@@ -283,6 +283,21 @@ func (c *connection) completeSendLocked(w *sendWR) {
 	c.free = append(c.free, w)
 }
 
+// readDoneLocked completes a Read whose Response has been placed (or
+// refused), unless the writer has not finished the batch that carried its
+// Request yet: the Requests and Writes written before it in that batch
+// are with TCP, but not yet completed, and the Read's completion must not
+// overtake them (package dat takes a completion as proof that the
+// unsignalled requests posted before it succeeded, and frees their
+// slots). The writer completes it then. Called with q.mu held.
+func (c *connection) readDoneLocked(w *sendWR) {
+	if w.sent {
+		c.completeSendLocked(w)
+		return
+	}
+	w.answered = true
+}
+
 // finish tears the connection down once the receiver has stopped, for
 // whatever reason (reason is the receiver's verdict: nil for the peer's
 // orderly close). It takes the writer token for good (waiting for the

@@ -482,7 +482,7 @@ func (rx *receiver) readResponse(h *wire.Header, n, l int) error {
 	q.mu.Lock()
 	c.reads.pop()
 	rd.status = driver.StatusSuccess
-	c.completeSendLocked(rd)
+	c.readDoneLocked(rd)
 	c.kickLocked() // an ORD slot is free; a fenced WR may go
 	q.mu.Unlock()
 	return nil
@@ -495,7 +495,7 @@ func (rx *receiver) failRead(st driver.Status, err error) error {
 	q.mu.Lock()
 	rx.c.reads.pop() // rx.rd is the oldest
 	rx.rd.status = st
-	rx.c.completeSendLocked(rx.rd)
+	rx.c.readDoneLocked(rx.rd)
 	q.mu.Unlock()
 	rx.rd = nil
 	return rx.protoErr(err)

@@ -23,8 +23,8 @@ const (
 // txItem is a message the sender is putting on the wire.
 type txItem struct {
 	wr *sendWR // Send, Write or Read Request; nil for a Read Response
-	// read marks a Read Request. Once its batch is written, wr may be
-	// answered, completed and recycled by the receiver at any moment, so
+	// read marks a Read Request. Once it is marked sent (finishLocked),
+	// wr may be completed and recycled by the receiver at any moment, so
 	// the writer must not look at it any more.
 	read bool
 	rr   readResp
@@ -230,8 +230,17 @@ func (s *sender) send(block bool) stepResult {
 func (s *sender) finishLocked() {
 	c := s.c
 	for i := range s.done {
-		if it := &s.items[i]; it.wr != nil && !it.read {
+		it := &s.items[i]
+		switch {
+		case it.wr == nil:
+		case !it.read:
 			c.completeSendLocked(it.wr)
+		case it.wr.answered:
+			// The Response came before this: complete it now, after
+			// what was written ahead of it.
+			c.completeSendLocked(it.wr)
+		default:
+			it.wr.sent = true
 		}
 	}
 	n := copy(s.items, s.items[s.done:])

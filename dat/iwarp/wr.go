@@ -41,6 +41,11 @@ type sendWR struct {
 	sinkSTag uint32
 	sinkTO   uint64
 	sinkMR   *MR
+	// Read only, guarded by q.mu: sent is set once the writer finished
+	// the batch that carried the Read Request, answered once the
+	// receiver placed the whole Response (or found it wrong). The Read
+	// completes when both are set (see connection.readDoneLocked).
+	sent, answered bool
 
 	status driver.Status
 }
