@@ -1,6 +1,8 @@
 package rdmanet
 
 import (
+	"context"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -19,6 +21,9 @@ import (
 // staging buffer Writes copy into; small control Sends carry positions,
 // credit and FIN. See the package documentation for the protocol.
 type Conn struct {
+	id    uint64    // process-wide number, for listings and logs
+	born  time.Time // when the Conn was made
+	log   *slog.Logger
 	ia    *sharedIA
 	cfg   connConfig
 	ep    *dat.EP
@@ -35,8 +40,10 @@ type Conn struct {
 	ctrlIOV [1]dat.LMRTriplet
 	wrIOV   [2]dat.LMRTriplet // guarded by postMu
 
-	// dialer is set on dialed connections (Dup, and the Dialer's
-	// template table); listener on accepted ones until Accept returns.
+	// dialer is set on dialed connections: the dial's own copy of its
+	// Dialer, which Dup dials with; dialKey is the remote address this
+	// Conn may be the IA's dup template for. listener is set on accepted
+	// ones until Accept returns.
 	dialer   *Dialer
 	dialKey  string
 	listener *Listener
@@ -85,8 +92,8 @@ type Conn struct {
 	writeShut       bool
 	err             error // the transport is gone (or Close came first): why
 	refs            int   // the Conn itself plus Reads/Writes inside it
+	st              counters
 }
-
 
 // Timeouts of teardown: how long Close lets queued data and the FIN
 // drain, and how long it waits for the disconnect to finish.
@@ -97,10 +104,13 @@ const (
 
 // newConn creates the DAT objects of one connection and posts its control
 // receives, which must be in place before the connection exists: the
-// peer may send the moment it is established. It takes a reference on s.
-func newConn(s *sharedIA, cfg connConfig) (c *Conn, err error) {
+// peer may send the moment it is established. It takes a reference on s
+// and lists the Conn in the process's registry (see Snapshot) until its
+// memory is released. log may be nil (slog.Default()).
+func newConn(s *sharedIA, cfg connConfig, log *slog.Logger) (c *Conn, err error) {
 	s.hold()
 	c = &Conn{
+		id: nextID.Add(1), born: time.Now(), log: log,
 		ia: s, cfg: cfg,
 		rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1), cwake: make(chan struct{}, 1),
 		done: make(chan struct{}), setup: make(chan error, 1),
@@ -148,6 +158,7 @@ func newConn(s *sharedIA, cfg connConfig) (c *Conn, err error) {
 			return nil, err
 		}
 	}
+	registry.addConn(c)
 	return c, nil
 }
 
@@ -167,12 +178,16 @@ func (c *Conn) setPeer(h handshake.Hello) {
 }
 
 // established records the addresses of a connection that just came up.
+// They are written under c.mu, which Snapshot reads them under; the
+// Conn's user reads them without it, after the dial or Accept returned.
 func (c *Conn) established() {
+	var la, ra *Addr
 	if p, err := c.ep.Query(); err == nil {
-		c.laddr = &Addr{IP: p.LocalAddr, Port: uint16(p.LocalPortQual)}
-		c.raddr = &Addr{IP: p.RemoteAddr, Port: uint16(p.RemotePortQual)}
+		la = &Addr{IP: p.LocalAddr, Port: uint16(p.LocalPortQual)}
+		ra = &Addr{IP: p.RemoteAddr, Port: uint16(p.RemotePortQual)}
 	}
 	c.mu.Lock()
+	c.laddr, c.raddr = la, ra
 	c.moveLocked(lcOpen)
 	c.mu.Unlock()
 }
@@ -320,7 +335,12 @@ func (c *Conn) Close() error {
 	c.mu.Unlock()
 	c.kick()
 	c.flushControl()
-	c.teardown()
+	graceful := c.teardown()
+	if c.logger().Enabled(context.Background(), slog.LevelDebug) {
+		st := c.Stats()
+		c.logDebug("rdmanet: closed", slog.Uint64("bytes_written", st.BytesWritten), slog.Uint64("bytes_read", st.BytesRead),
+			slog.Duration("age", time.Since(c.born)), slog.Bool("graceful", graceful))
+	}
 	return nil
 }
 
@@ -328,8 +348,9 @@ func (c *Conn) Close() error {
 // (bounded by lingerTimeout), disconnects gracefully if they did and
 // abruptly if not, and frees the DAT objects. It drives the Conn itself
 // meanwhile (see progress). The memory goes when the last Read or Write
-// inside the Conn has left.
-func (c *Conn) teardown() {
+// inside the Conn has left. It reports whether everything drained and the
+// disconnect was graceful.
+func (c *Conn) teardown() (graceful bool) {
 	var expired atomic.Bool
 	limit := time.AfterFunc(lingerTimeout, func() { expired.Store(true); c.kick() })
 	drained := false
@@ -374,10 +395,11 @@ func (c *Conn) teardown() {
 	c.mu.Unlock()
 	c.rdl.stop()
 	c.wdl.stop()
-	if d := c.dialer; d != nil {
-		d.forget(c)
+	if c.dialer != nil {
+		c.ia.forget(c.dialKey, c)
 	}
 	c.leave()
+	return drained
 }
 
 // awaitDisconnected drives the Conn, bounded, until the EP reaches
@@ -440,6 +462,7 @@ func (c *Conn) leave() {
 }
 
 func (c *Conn) releaseMemory() {
+	registry.removeConn(c)
 	c.ring.free()
 	c.stage.free()
 	c.ctrl.free()
@@ -455,9 +478,13 @@ func (c *Conn) fail(err error) {
 	if c.err == nil {
 		c.err = err
 	}
+	if first {
+		c.transportFailedLocked(err)
+	}
 	c.mu.Unlock()
 	if first {
 		c.ep.Disconnect(dat.CloseAbrupt)
+		c.logInfo("rdmanet: connection failed", slog.String("reason", failureReason(err)), slog.String("error", err.Error()))
 	}
 	c.wakeAll()
 }

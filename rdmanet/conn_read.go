@@ -12,7 +12,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	if err := c.enter(); err != nil {
-		return 0, opError("read", c.laddr, c.raddr, err)
+		return 0, c.ioError(opError("read", c.laddr, c.raddr, err))
 	}
 	defer c.leave()
 	if len(p) == 0 {
@@ -23,7 +23,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 		if err == io.EOF {
 			return 0, err
 		}
-		return 0, opError("read", c.laddr, c.raddr, err)
+		return 0, c.ioError(opError("read", c.laddr, c.raddr, err))
 	}
 	// [rCons, rCons+avail) is ours until we report consumption, so the
 	// copy needs no lock.
@@ -81,6 +81,7 @@ func (c *Conn) awaitData() (uint64, error) {
 func (c *Conn) consumed(n uint64) {
 	c.mu.Lock()
 	c.rCons += n
+	c.st.bytesRead += n
 	due := c.myRing.ReturnDue(c.rProd, c.rCons, c.rReported, c.cfg.batch, c.cfg.urgent)
 	c.mu.Unlock()
 	if due {
@@ -94,7 +95,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	if err := c.enter(); err != nil {
-		return 0, opError("read", c.laddr, c.raddr, err)
+		return 0, c.ioError(opError("read", c.laddr, c.raddr, err))
 	}
 	defer c.leave()
 	var total int64
@@ -104,7 +105,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 			return total, nil
 		}
 		if err != nil {
-			return total, opError("read", c.laddr, c.raddr, err)
+			return total, c.ioError(opError("read", c.laddr, c.raddr, err))
 		}
 		a, _ := c.myRing.Segments(c.rCons, avail)
 		n, werr := w.Write(c.ring.buf[a.Off:a.End()])

@@ -17,7 +17,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	if err := c.enter(); err != nil {
-		return 0, opError("write", c.laddr, c.raddr, err)
+		return 0, c.ioError(opError("write", c.laddr, c.raddr, err))
 	}
 	defer c.leave()
 	if len(b) > 0 && len(b) <= ctrlMaxInline {
@@ -25,7 +25,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 		// once; otherwise (no credit, a full ring) the RDMA path below
 		// waits for room as usual.
 		if _, err := c.reserve(0); err != nil {
-			return 0, opError("write", c.laddr, c.raddr, err)
+			return 0, c.ioError(opError("write", c.laddr, c.raddr, err))
 		}
 		if c.writeInline(b) {
 			return len(b), nil
@@ -35,20 +35,20 @@ func (c *Conn) Write(b []byte) (int, error) {
 	for n < len(b) {
 		k, err := c.reserve(uint64(len(b) - n))
 		if err != nil {
-			return n, opError("write", c.laddr, c.raddr, err)
+			return n, c.ioError(opError("write", c.laddr, c.raddr, err))
 		}
 		a, s := c.stageRing.Segments(c.stProd, k)
 		m := copy(c.stage.buf[a.Off:a.End()], b[n:])
 		copy(c.stage.buf[s.Off:s.End()], b[n+m:])
 		if !c.postData(k) {
-			return n, opError("write", c.laddr, c.raddr, net.ErrClosed)
+			return n, c.ioError(opError("write", c.laddr, c.raddr, net.ErrClosed))
 		}
 		n += int(k)
 	}
 	if len(b) == 0 {
 		// A zero-length Write still reports the connection's state.
 		if _, err := c.reserve(0); err != nil {
-			return 0, opError("write", c.laddr, c.raddr, err)
+			return 0, c.ioError(opError("write", c.laddr, c.raddr, err))
 		}
 	}
 	return n, nil
@@ -58,21 +58,29 @@ func (c *Conn) Write(b []byte) (int, error) {
 // returns how many: bounded by the peer's free ring space, our free
 // staging space and chunk. Callers hold writeMu, which makes stProd and
 // sProd theirs.
+//
+// A reservation that finds no room is a wait, counted in Stats by cause
+// with its duration; one that finds room at once reads no clock.
 func (c *Conn) reserve(want uint64) (uint64, error) {
+	var w waitTimer
 	for {
 		k := c.pr.kicks.Load()
 		if c.wdl.passed() {
+			w.end(c)
 			return 0, os.ErrDeadlineExceeded
 		}
 		c.mu.Lock()
 		switch {
 		case c.closedLocked():
+			w.endLocked(c)
 			c.mu.Unlock()
 			return 0, net.ErrClosed
 		case c.writeShut:
+			w.endLocked(c)
 			c.mu.Unlock()
 			return 0, errWriteShut
 		case c.err != nil:
+			w.endLocked(c)
 			err := c.err
 			c.mu.Unlock()
 			return 0, err
@@ -86,6 +94,11 @@ func (c *Conn) reserve(want uint64) (uint64, error) {
 		// left for the control message that follows them.
 		if c.posted-c.completed+3 > uint64(c.cfg.sendDepth) {
 			space = 0
+		}
+		if space > 0 {
+			w.endLocked(c)
+		} else {
+			w.beginLocked(c)
 		}
 		c.mu.Unlock()
 		if space > 0 {
@@ -128,6 +141,7 @@ func (c *Conn) postData(k uint64) bool {
 		nwr = 2
 	}
 	c.posted += nwr
+	c.st.rdmaWrites += nwr
 	c.stageEnd[seq%uint64(c.cfg.sendDepth)] = lpos + r1.Len
 	if nwr == 2 {
 		c.stageEnd[(seq+1)%uint64(c.cfg.sendDepth)] = lpos + k
@@ -162,21 +176,21 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
 	if err := c.enter(); err != nil {
-		return 0, opError("write", c.laddr, c.raddr, err)
+		return 0, c.ioError(opError("write", c.laddr, c.raddr, err))
 	}
 	defer c.leave()
 	var total int64
 	for {
 		k, err := c.reserve(1 << 62)
 		if err != nil {
-			return total, opError("write", c.laddr, c.raddr, err)
+			return total, c.ioError(opError("write", c.laddr, c.raddr, err))
 		}
 		// Read into the contiguous part only: one Read call per round.
 		a, _ := c.stageRing.Segments(c.stProd, k)
 		n, rerr := r.Read(c.stage.buf[a.Off:a.End()])
 		if n > 0 {
 			if !c.postData(uint64(n)) {
-				return total, opError("write", c.laddr, c.raddr, net.ErrClosed)
+				return total, c.ioError(opError("write", c.laddr, c.raddr, net.ErrClosed))
 			}
 			total += int64(n)
 		}
@@ -184,7 +198,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 			return total, nil
 		}
 		if rerr != nil {
-			return total, rerr
+			return total, rerr // the source's error, not the connection's
 		}
 	}
 }
@@ -201,6 +215,7 @@ func (c *Conn) writeInline(b []byte) bool {
 		return false
 	}
 	c.sProd += uint64(len(b))
+	c.st.inline++
 	c.postControlLocked(b)
 	return true
 }

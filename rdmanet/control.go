@@ -129,6 +129,7 @@ func (c *Conn) postControlLocked(payload []byte) {
 	c.stageEnd[seq%uint64(c.cfg.sendDepth)] = c.stProd
 	m := ctrlMsg{prod: c.sProd, cons: c.rCons, grant: c.cc.sent(), inline: uint8(len(payload)), seq: c.ctrlOut}
 	c.ctrlOut++
+	c.st.ctrlSent++
 	if c.finWanted {
 		m.flags |= ctrlFIN
 		c.finSent = true

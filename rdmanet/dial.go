@@ -3,9 +3,9 @@ package rdmanet
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/rdmanet/rdmanet/dat"
@@ -13,8 +13,10 @@ import (
 
 // Dialer holds options for dialing rdmanet connections. The zero value
 // dials with the defaults (the "iwarp" IA, DefaultBufferSize, no timeout
-// beyond the context's). As with net.Dialer, use it by pointer: it keeps
-// lazily initialised state, the live connections it can duplicate.
+// beyond the context's). Like net.Dialer it is plain configuration: it
+// may be copied, and one Dialer may be used by many goroutines at once.
+// (The live connections that dup-connect reuses are kept per IA, not in
+// the Dialer.)
 type Dialer struct {
 	// Timeout bounds a dial, resolution included (0: none).
 	Timeout time.Duration
@@ -35,7 +37,11 @@ type Dialer struct {
 	// other than the context or the deadline (no rdmanet listener, no
 	// usable IA). The connection returned is then a *net.TCPConn.
 	FallbackTCP bool
-	// NoDup turns off dup-connect reuse (below).
+	// NoDup turns off dup-connect reuse: by default a dial to an address
+	// this process already has a live dialed connection to, on the same
+	// IA, is made with DAT's dup_connect on that connection's EP
+	// (Conn.Dup), which skips address and route resolution. NoDup dials
+	// afresh and does not offer the new connection for reuse either.
 	NoDup bool
 	// Poll says how a Read, Write or Close blocked on the connection
 	// waits for its completions: the zero value spins for as long as the
@@ -43,12 +49,11 @@ type Dialer struct {
 	// lowest latency, a busy core per blocked call); dat.PollEvent sleeps
 	// at once.
 	Poll dat.PollPolicy
-
-	// Live connections by "IA|address": a new dial to an address the
-	// Dialer already has a live connection to is made with DAT's
-	// dup_connect on that connection's EP (Conn.Dup).
-	mu   sync.Mutex
-	live map[string]*Conn
+	// Logger receives the connection's life-cycle records: dialed and
+	// closed at Debug, failures (a rejected handshake, a timeout, a peer
+	// reset) at Info. Nothing is logged per Read or Write. Nil means
+	// slog.Default() at the time of logging.
+	Logger *slog.Logger
 }
 
 // Dial connects to address on network "rdma", "rdma4" or "rdma6" with the
@@ -72,8 +77,15 @@ func (d *Dialer) Dial(network, address string) (net.Conn, error) {
 // DialContext connects to address ("host:port") on network "rdma",
 // "rdma4" or "rdma6". The context bounds the whole dial; once it returns,
 // the context no longer matters. The connection is a *Conn (or a
-// *net.TCPConn with FallbackTCP). Errors are *net.OpError with Op "dial".
+// *net.TCPConn with FallbackTCP). Errors are *net.OpError with Op "dial";
+// a dial whose time ran out (Timeout, Deadline or the context's deadline)
+// fails with an error that is a net.Error with Timeout() true and matches
+// both context.DeadlineExceeded and os.ErrDeadlineExceeded.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	// The connections made keep this configuration (Conn.Dup dials with
+	// it), so they get a copy that later changes to d do not touch.
+	cfg := *d
+	d = &cfg
 	ctx, cancel := d.dialContext(ctx)
 	defer cancel()
 	var local *Addr
@@ -82,7 +94,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	}
 	aps, err := resolve(ctx, network, address, false)
 	if err != nil {
-		return nil, opError("dial", local, nil, err)
+		return nil, d.dialFailed(address, opError("dial", local, nil, err))
 	}
 	var first error
 	for _, ap := range aps {
@@ -103,10 +115,19 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 			nd.LocalAddr = &net.TCPAddr{IP: local.IP.AsSlice()}
 		}
 		if c, err := nd.DialContext(ctx, "tcp", address); err == nil {
+			logger(d.Logger).LogAttrs(ctx, slog.LevelInfo, "rdmanet: dial fell back to TCP",
+				slog.String("remote", address), slog.String("rdma_error", first.Error()))
 			return c, nil
 		}
 	}
-	return nil, first
+	return nil, d.dialFailed(address, first)
+}
+
+// dialFailed logs a failed dial at Info, with its reason, and returns err.
+func (d *Dialer) dialFailed(address string, err error) error {
+	logger(d.Logger).LogAttrs(context.Background(), slog.LevelInfo, "rdmanet: dial failed",
+		slog.String("remote", address), slog.String("reason", failureReason(err)), slog.String("error", err.Error()))
+	return err
 }
 
 // dialContext applies Timeout and Deadline to ctx.
@@ -126,28 +147,28 @@ func (d *Dialer) dialContext(ctx context.Context) (context.Context, context.Canc
 func (d *Dialer) bufferSize() int { return d.BufferSize }
 
 // dialAddr makes one connection to ap, through dup_connect on tmpl's EP
-// when tmpl is given or the Dialer has a live connection to ap.
+// when tmpl is given or the IA has a live dialed connection to ap. d is
+// the dial's own copy of the configuration: the Conn keeps it.
 func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, tmpl *Conn) (*Conn, error) {
 	dst := &Addr{IP: ap.Addr(), Port: ap.Port()}
 	var lip netip.Addr
 	if local != nil {
 		lip = local.IP
 	}
-	name := iaName(d.IA, lip)
-	key := name + "|" + ap.String()
-	if tmpl == nil && !d.NoDup {
-		tmpl = d.template(key)
-	}
 	var s *sharedIA
 	var err error
 	if tmpl != nil {
 		s = tmpl.ia
 		s.hold()
-	} else if s, err = acquireIA(ctx, name); err != nil {
+	} else if s, err = acquireIA(ctx, iaName(d.IA, lip)); err != nil {
 		return nil, opError("dial", local, dst, err)
 	}
 	defer s.release() // the Conn holds its own reference
-	c, err := newConn(s, newConnConfig(d.bufferSize(), d.Poll))
+	key := ap.String()
+	if tmpl == nil && !d.NoDup {
+		tmpl = s.template(key)
+	}
+	c, err := newConn(s, newConnConfig(d.bufferSize(), d.Poll), d.Logger)
 	if err != nil {
 		return nil, opError("dial", local, dst, err)
 	}
@@ -163,8 +184,10 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 		hello = testHelloHook(hello)
 	}
 	err = errNotConnected
-	if tmpl != nil {
+	dup := tmpl != nil
+	if dup {
 		err = c.ep.DupConnect(tmpl.ep, timeout, hello, dat.QoSBestEffort)
+		dup = err == nil
 	}
 	if err != nil {
 		// No template, or it is no longer connected: a plain connect.
@@ -182,8 +205,9 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 	}
 	c.flushControl() // the first message: the initiator speaks first
 	if !d.NoDup {
-		d.remember(key, c)
+		s.remember(key, c)
 	}
+	c.logDebug("rdmanet: dialed", slog.Bool("dup", dup))
 	return c, nil
 }
 
@@ -200,44 +224,6 @@ func (c *Conn) abandon() {
 	close(c.done)
 	c.mu.Unlock()
 	c.teardown()
-}
-
-// template returns a live connection to dup, if the Dialer has one.
-func (d *Dialer) template(key string) *Conn {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	c := d.live[key]
-	if c == nil {
-		return nil
-	}
-	c.mu.Lock()
-	ok := c.lc == lcOpen && c.err == nil
-	c.mu.Unlock()
-	if !ok {
-		return nil
-	}
-	return c
-}
-
-// remember makes c the template for key if there is none.
-func (d *Dialer) remember(key string, c *Conn) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.live == nil {
-		d.live = map[string]*Conn{}
-	}
-	if old := d.live[key]; old == nil || old.isDone() {
-		d.live[key] = c
-	}
-}
-
-// forget drops a closing connection from the template table.
-func (d *Dialer) forget(c *Conn) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.live[c.dialKey] == c {
-		delete(d.live, c.dialKey)
-	}
 }
 
 func (c *Conn) isDone() bool {
@@ -261,6 +247,7 @@ func (c *Conn) Dup(ctx context.Context) (*Conn, error) {
 	defer cancel()
 	dup, err := c.dialer.dialAddr(ctx, c.raddr.AddrPort(), nil, c)
 	if err != nil {
+		c.dialer.dialFailed(c.raddr.String(), err)
 		var oe *net.OpError
 		if errors.As(err, &oe) {
 			oe.Source = nil

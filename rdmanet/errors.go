@@ -104,14 +104,33 @@ func errProtocol(format string, args ...any) error {
 	return fmt.Errorf("rdmanet: protocol violation by peer: "+format, args...)
 }
 
-// contextError maps a context error to what package net reports:
-// os.ErrDeadlineExceeded (a timeout) for an expired deadline.
+// contextError maps a context error to what a dial or listen reports:
+// errTimeout for an expired deadline.
 func contextError(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
-		return os.ErrDeadlineExceeded
+		return errTimeout
 	}
 	return err
 }
+
+// timeoutError is the error of a dial (or listen) whose time ran out. It
+// is what package net's dial timeout is, a net.Error with Timeout() true
+// that matches context.DeadlineExceeded, and it also matches
+// os.ErrDeadlineExceeded, which rdmanet's Read and Write deadlines
+// return, so that one errors.Is test catches every timeout of a Conn.
+type timeoutError struct{}
+
+func (*timeoutError) Error() string   { return "i/o timeout" }
+func (*timeoutError) Timeout() bool   { return true }
+func (*timeoutError) Temporary() bool { return true }
+
+// Is makes errors.Is match context.DeadlineExceeded and
+// os.ErrDeadlineExceeded.
+func (*timeoutError) Is(target error) bool {
+	return target == context.DeadlineExceeded || target == os.ErrDeadlineExceeded
+}
+
+var errTimeout error = &timeoutError{}
 
 // connectError turns a failed-establishment event into the dial error.
 func connectError(ev *dat.Event) error {
@@ -126,7 +145,7 @@ func connectError(ev *dat.Event) error {
 	case dat.ConnectionEventUnreachable:
 		return &peerError{errno: syscall.EHOSTUNREACH, cause: ev.Conn.Err}
 	case dat.ConnectionEventTimedOut:
-		return os.ErrDeadlineExceeded
+		return errTimeout // the dial's time, given to Connect, ran out
 	}
 	if ev.Conn.Err != nil {
 		return fmt.Errorf("%v: %w", ev.Number, ev.Conn.Err)

@@ -2,6 +2,7 @@ package rdmanet
 
 import (
 	"fmt"
+	"log/slog"
 	"syscall"
 
 	"github.com/rdmanet/rdmanet/dat"
@@ -123,6 +124,7 @@ func (c *Conn) applyLocked(m *ctrlMsg, inline []byte) error {
 		return errProtocol("grant of %d exceeds the %d receives announced", m.grant, c.peer.Credits)
 	}
 	c.ctrlIn++
+	c.st.ctrlRecv++
 	if len(inline) > 0 {
 		// The bytes [prod−L, prod) are free ring space the peer wrote
 		// into the message instead; the reader sees none of it before
@@ -169,8 +171,14 @@ func (c *Conn) onSendDone(ev *dat.Event) {
 // Close is waiting. Otherwise the peer closed or the transport broke:
 // Reads return what the ring holds, then io.EOF if a FIN came first and a
 // reset error if not; Writes fail.
+//
+// A peer that went away without its FIN, or a broken transport, is a
+// failure: counted in Stats and logged at Info. A graceful end is logged
+// at Debug.
 func (c *Conn) onDisconnected(ev *dat.Event) {
 	c.mu.Lock()
+	var ended error // how the transport ended, if this event says so
+	closing := c.closedLocked()
 	if c.err == nil {
 		switch {
 		case ev.Number == dat.ConnectionEventBroken:
@@ -180,6 +188,12 @@ func (c *Conn) onDisconnected(ev *dat.Event) {
 		default:
 			c.err = errReset
 		}
+		if !closing { // our own Close's disconnect is no failure
+			ended = c.err
+		}
+		if ended != nil && ended != errPeerClosed {
+			c.transportFailedLocked(ended)
+		}
 	}
 	wasHandshake := c.lc == lcHandshake
 	if !c.moveLocked(lcPeerGone) {
@@ -188,6 +202,15 @@ func (c *Conn) onDisconnected(ev *dat.Event) {
 	c.mu.Unlock()
 	if wasHandshake {
 		c.setupDone(errReset)
+	}
+	switch {
+	case ended == nil || wasHandshake:
+		// Close or a failure came first (and was logged), or the dial
+		// or accept that waits for the handshake reports it.
+	case ended == errPeerClosed:
+		c.logDebug("rdmanet: peer closed")
+	default:
+		c.logInfo("rdmanet: peer reset", slog.String("reason", "peer reset"), slog.String("error", ended.Error()))
 	}
 	c.wakeAll()
 }

@@ -12,11 +12,22 @@ import (
 // counted, by every Conn and Listener on it: opening one is cheap for the
 // pure-Go provider but not for a real adapter, and one protection zone per
 // IA lets all of them share it. The last user closes it.
+//
+// The IA also keeps the templates of dup-connect reuse: a dial to an
+// address the IA already has a live dialed connection to is made with
+// DAT's dup_connect on that connection's EP. They live here rather than
+// in the Dialer, so that a Dialer is plain configuration (copyable, as
+// net.Dialer), and because dup_connect needs only what a template shares
+// with the new connection: the IA, the peer's address and its port.
 type sharedIA struct {
-	name string
-	ia   *dat.IA
-	pz   *dat.PZ
-	refs int // guarded by iaTable.mu
+	name     string
+	provider string // the provider's name (dat ProviderAttr)
+	ia       *dat.IA
+	pz       *dat.PZ
+	refs     int // guarded by iaTable.mu
+
+	mu        sync.Mutex
+	templates map[string]*Conn // by remote "addr:port"; guarded by mu
 }
 
 var iaTable = struct {
@@ -56,7 +67,10 @@ func acquireIA(ctx context.Context, name string) (*sharedIA, error) {
 		ia.Close(dat.CloseAbrupt)
 		return nil, err
 	}
-	s := &sharedIA{name: name, ia: ia, pz: pz, refs: 1}
+	s := &sharedIA{name: name, ia: ia, pz: pz, refs: 1, templates: map[string]*Conn{}}
+	if _, pa, err := ia.Query(); err == nil {
+		s.provider = pa.ProviderName
+	}
 	iaTable.m[name] = s
 	return s, nil
 }
@@ -85,4 +99,47 @@ func (s *sharedIA) release() {
 			s.ia.Close(dat.CloseAbrupt)
 		}
 	}
+}
+
+// template returns a live connection to remote to dup, if there is one.
+func (s *sharedIA) template(remote string) *Conn {
+	s.mu.Lock()
+	c := s.templates[remote]
+	s.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	ok := c.lc == lcOpen && c.err == nil
+	c.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return c
+}
+
+// remember makes c the template for remote if there is no live one.
+func (s *sharedIA) remember(remote string, c *Conn) {
+	s.mu.Lock()
+	old := s.templates[remote]
+	s.mu.Unlock()
+	// isDone takes old.mu, which is never held while s.mu is taken; check
+	// outside s.mu and replace only what was seen.
+	if old != nil && !old.isDone() {
+		return
+	}
+	s.mu.Lock()
+	if s.templates[remote] == old {
+		s.templates[remote] = c
+	}
+	s.mu.Unlock()
+}
+
+// forget drops a closing connection from the templates.
+func (s *sharedIA) forget(remote string, c *Conn) {
+	s.mu.Lock()
+	if s.templates[remote] == c {
+		delete(s.templates, remote)
+	}
+	s.mu.Unlock()
 }

@@ -3,8 +3,11 @@ package rdmanet
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/rdmanet/rdmanet/dat"
 	"github.com/rdmanet/rdmanet/rdmanet/internal/handshake"
@@ -30,6 +33,11 @@ type ListenConfig struct {
 	// Poll says how calls blocked on an accepted connection wait for
 	// completions, as Dialer.Poll does.
 	Poll dat.PollPolicy
+	// Logger receives the listener's and its connections' life-cycle
+	// records: accepted and closed at Debug; refused handshakes and
+	// failed connections at Info, with the reason. Nothing is logged per
+	// Read or Write. Nil means slog.Default() at the time of logging.
+	Logger *slog.Logger
 }
 
 const defaultBacklog = 128
@@ -57,6 +65,9 @@ func Listen(network, address string) (net.Listener, error) {
 // rdma_create_qp with ~100 in flight). Connections that come up wait, at
 // most Backlog of them, for Accept.
 type Listener struct {
+	id        uint64 // process-wide number, shared with Conns (see Snapshot)
+	born      time.Time
+	log       *slog.Logger
 	ia        *sharedIA
 	cfg       connConfig
 	backlog   int
@@ -77,6 +88,10 @@ type Listener struct {
 	building int
 	wake     chan struct{} // cap 1
 	done     chan struct{} // closed by Close
+
+	// For the listing (Snapshot): connections Accept returned, and
+	// requests refused (a bad Hello, a full backlog, no resources).
+	accepted, refused atomic.Uint64
 }
 
 // Listen listens on address; the context bounds setting up the listener
@@ -99,7 +114,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 	if backlog <= 0 {
 		backlog = defaultBacklog
 	}
-	l := &Listener{ia: s, cfg: newConnConfig(lc.BufferSize, lc.Poll), backlog: backlog,
+	l := &Listener{id: nextID.Add(1), born: time.Now(), log: lc.Logger, ia: s, cfg: newConnConfig(lc.BufferSize, lc.Poll), backlog: backlog,
 		pending: map[*Conn]struct{}{}, wake: make(chan struct{}, 1), done: make(chan struct{}), served: make(chan struct{}),
 		answering: make(chan struct{}, maxAnswering)}
 	fail := func(err error) (net.Listener, error) {
@@ -135,7 +150,9 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	l.stop = cancel
+	registry.addListener(l)
 	go l.serve(sctx)
+	l.logDebug("rdmanet: listening")
 	return l, nil
 }
 
@@ -158,6 +175,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			l.ready = l.ready[1:]
 			c.listener = nil
 			l.mu.Unlock()
+			l.accepted.Add(1)
 			return c, nil
 		}
 		l.mu.Unlock()
@@ -179,6 +197,7 @@ func (l *Listener) Close() error {
 	l.closed = true
 	close(l.done)
 	l.mu.Unlock()
+	registry.removeListener(l)
 	l.psp.Free()
 	l.stop()
 	<-l.served
@@ -206,6 +225,7 @@ func (l *Listener) Close() error {
 	}
 	l.evd.Free()
 	l.ia.release()
+	l.logDebug("rdmanet: listener closed")
 	return nil
 }
 
@@ -243,6 +263,7 @@ func (l *Listener) handle(cr *dat.CR) {
 	h, err := handshake.ParseHello(p.PrivateData)
 	if err != nil {
 		cr.Reject(handshake.AppendReject(nil, handshake.RejectFor(err)))
+		l.refuse(p.RemoteAddr.String(), "bad handshake", err)
 		return
 	}
 	l.mu.Lock()
@@ -253,14 +274,16 @@ func (l *Listener) handle(cr *dat.CR) {
 	l.mu.Unlock()
 	if full {
 		cr.Reject(handshake.AppendReject(nil, handshake.Reject{Reason: handshake.ReasonResources, Speaks: handshake.Version}))
+		l.refuse(p.RemoteAddr.String(), "backlog full", nil)
 		return
 	}
-	c, err := newConn(l.ia, l.cfg)
+	c, err := newConn(l.ia, l.cfg, l.log)
 	if err != nil {
 		l.mu.Lock()
 		l.building--
 		l.mu.Unlock()
 		cr.Reject(handshake.AppendReject(nil, handshake.Reject{Reason: handshake.ReasonResources, Speaks: handshake.Version}))
+		l.refuse(p.RemoteAddr.String(), "no resources", err)
 		return
 	}
 	c.setPeer(h)
@@ -292,9 +315,28 @@ func (l *Listener) watch(c *Conn) {
 	if err == nil || errors.Is(err, net.ErrClosed) {
 		return // delivered, or Close takes care of pending connections
 	}
+	logger(l.log).LogAttrs(context.Background(), slog.LevelInfo, "rdmanet: accept failed",
+		slog.Uint64("listener", l.id), slog.String("local", l.addr.String()),
+		slog.String("reason", failureReason(err)), slog.String("error", err.Error()))
 	if l.drop(c) {
 		c.abandon()
 	}
+}
+
+// refuse counts and logs a connection request the listener turned down.
+func (l *Listener) refuse(remote, reason string, err error) {
+	l.refused.Add(1)
+	a := []slog.Attr{slog.Uint64("listener", l.id), slog.String("local", l.addr.String()),
+		slog.String("remote", remote), slog.String("reason", reason)}
+	if err != nil {
+		a = append(a, slog.String("error", err.Error()))
+	}
+	logger(l.log).LogAttrs(context.Background(), slog.LevelInfo, "rdmanet: handshake refused", a...)
+}
+
+func (l *Listener) logDebug(msg string) {
+	logger(l.log).LogAttrs(context.Background(), slog.LevelDebug, msg,
+		slog.Uint64("listener", l.id), slog.String("local", l.addr.String()), slog.String("ia", l.ia.name))
 }
 
 // deliver queues an established connection for Accept.
@@ -307,6 +349,7 @@ func (l *Listener) deliver(c *Conn) {
 	delete(l.pending, c)
 	l.ready = append(l.ready, c)
 	l.mu.Unlock()
+	c.logDebug("rdmanet: accepted", slog.Uint64("listener", l.id))
 	wake(l.wake)
 }
 
