@@ -141,8 +141,10 @@
 // completes before it: requests of one queue may complete out of post
 // order, and package dat, which numbers the posts, restores the order.
 // Sends and Writes complete in post order among themselves, and so do
-// Reads. A successful Send or Write posted without SendSignaled produces
-// no completion (a later completion of the QP implies it). Errors: a
+// Reads; no request completes before those posted ahead of it that do
+// not wait for a Response. A successful Send or Write posted without
+// SendSignaled produces no completion (a later completion of the QP
+// implies it, and its send-queue slot is free by then). Errors: a
 // receive too small for its Send completes with StatusLocalLength, one
 // naming memory the QP may not write with StatusLocalProtection; a Read
 // whose Response does not match it with StatusBadResponse.
