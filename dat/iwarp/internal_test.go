@@ -273,3 +273,51 @@ func TestStartupGate(t *testing.T) {
 		t.Fatal("responder's gate still closed after the initiator's first FPDU")
 	}
 }
+
+// TestReadCompletesAfterItsBatch: a Read whose Response is placed before
+// the writer finished the batch that carried its Request (the writer was
+// descheduled between the writev and taking the lock) completes only when
+// the writer does, after the unsignalled Write written ahead of it, whose
+// send-queue slot is free by then; answered after the batch finished, it
+// completes at once.
+func TestReadCompletesAfterItsBatch(t *testing.T) {
+	for _, answeredFirst := range []bool{true, false} {
+		q := &QP{}
+		cq := newCQ(0)
+		c := &connection{q: q, scq: cq, tag: 7}
+		c.tx = &sender{c: c}
+		write := &sendWR{id: 1, op: driver.OpRDMAWrite}
+		read := &sendWR{id: 2, op: driver.OpRDMARead, flags: driver.SendSignaled, total: 64}
+		c.outstanding = 2
+		c.tx.items = append(c.tx.items, txItem{wr: write}, txItem{wr: read, read: true})
+		c.tx.done = 2
+		c.reads.push(read)
+
+		respond := func() {
+			c.reads.pop()
+			read.status = driver.StatusSuccess
+			c.readDoneLocked(read)
+		}
+		if answeredFirst {
+			respond()
+			if cq.Len() != 0 || c.outstanding != 2 {
+				t.Fatalf("Read completed (%d in the CQ, %d outstanding) before the batch ahead of it", cq.Len(), c.outstanding)
+			}
+			c.tx.finishLocked()
+		} else {
+			c.tx.finishLocked()
+			if cq.Len() != 0 || c.outstanding != 1 {
+				t.Fatalf("after the batch: %d in the CQ, %d outstanding; want 0 and 1", cq.Len(), c.outstanding)
+			}
+			respond()
+		}
+		var dst [2]driver.Completion
+		if n := cq.Poll(dst[:]); n != 1 || dst[0].WRID != 2 || dst[0].QPTag != 7 || dst[0].Length != 64 || dst[0].Status != driver.StatusSuccess {
+			t.Fatalf("answered first %v: %d completions %+v, want the Read's alone", answeredFirst, n, dst[:n])
+		}
+		if c.outstanding != 0 || len(c.tx.items) != 0 {
+			t.Fatalf("answered first %v: %d outstanding, %d items left", answeredFirst, c.outstanding, len(c.tx.items))
+		}
+		cq.Close()
+	}
+}
