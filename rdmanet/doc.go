@@ -9,8 +9,10 @@
 // the port being the DAT connection qualifier (on iWARP, the TCP port
 // underneath). Dialer and ListenConfig hold the options (the IA to use,
 // buffer sizes, timeouts, SO_REUSEPORT sharing, TCP fallback); Conn adds
-// CloseRead, CloseWrite and Dup to net.Conn. Errors are *net.OpError with
-// Net "rdma"; timeouts are os.ErrDeadlineExceeded, as with TCP.
+// CloseRead, CloseWrite, Dup and Stats to net.Conn. Errors are
+// *net.OpError with Net "rdma"; Read and Write timeouts are
+// os.ErrDeadlineExceeded, as with TCP, and a dial that runs out of time
+// fails with an error matching both that and context.DeadlineExceeded.
 //
 // Underneath is package dat, the DAT/uDAPL consumer API, and by default
 // its pure-Go iWARP provider, so everything runs on any machine with TCP.
@@ -39,11 +41,24 @@
 // receiver-not-ready retry, so a Send without a posted receive would kill
 // the connection.
 //
-// Completions: one goroutine per Conn waits on the Conn's EVD and
-// dispatches control messages, send completions and connection events.
+// Completions: a Conn has no goroutine of its own. Whoever waits on it
+// (a blocked Read or Write, Close, the dial or the listener during the
+// handshake) polls its EVD and applies control messages, send completions
+// and connection events; see progress.go.
 //
 // Closing: Close sends a FIN after the last data, lets sends drain and
 // disconnects gracefully; the peer reads everything, then io.EOF. A peer
 // that disappears without a FIN gives a reset error (syscall.ECONNRESET)
 // after the data already received.
+//
+// # Observing connections
+//
+// Conn.Stats returns a connection's counters (bytes, RDMA Writes, control
+// messages, waits for credit or ring space, errors) and its negotiated
+// parameters. Snapshot lists every live Conn and Listener of the process,
+// as smcss lists SMC-R sockets; the listing is published through expvar
+// as "rdmanet" (ExpvarName), and StatsHandler serves it as a table or as
+// JSON for cmd/rdmastat. Dialer.Logger and ListenConfig.Logger (log/slog)
+// receive each connection's life-cycle records (dialed, accepted, closed,
+// failures with their reason), never one per Read or Write.
 package rdmanet

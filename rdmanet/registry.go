@@ -225,12 +225,13 @@ func wantsJSON(r *http.Request) bool {
 }
 
 // WriteTable writes l as text: a header line, then a table of listeners
-// and one of connections, one line each. Sizes are bytes, ages and wait
-// times are rounded to the millisecond, and the waits column is "count
-// time" per cause: credit, ring full, send queue.
+// and one of connections, one line each, every column but the last (the
+// last error's text) one word. Sizes are bytes, ages and wait times are
+// rounded to the millisecond, and the wait columns are "count/time" per
+// cause (Stats): credit, ring full, send queue.
 func (l Listing) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "rdmanet: %d listeners, %d connections at %s\n", len(l.Listeners), len(l.Conns), l.Time.Format(time.RFC3339))
+	fmt.Fprintf(tw, "rdmanet at %s: listeners %d, connections %d\n", l.Time.Format(time.RFC3339), len(l.Listeners), len(l.Conns))
 	if len(l.Listeners) > 0 {
 		fmt.Fprintln(tw, "\nID\tLISTEN\tIA\tPROVIDER\tAGE\tBACKLOG\tREADY\tPENDING\tACCEPTED\tREFUSED")
 		for _, li := range l.Listeners {
@@ -254,7 +255,9 @@ func (l Listing) WriteTable(w io.Writer) error {
 
 func round(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
 
-func waits(n uint64, d time.Duration) string { return fmt.Sprintf("%d %v", n, round(d)) }
+// waits is one wait column: "count/time", one word so that the table
+// splits on blanks.
+func waits(n uint64, d time.Duration) string { return fmt.Sprintf("%d/%v", n, round(d)) }
 
 func dash(s string) string {
 	if s == "" {
