@@ -52,6 +52,13 @@ type EVD struct {
 	// the IA's); guarded by mu.
 	policy *PollPolicy
 
+	// spinSkip and spinBackoff make PollAdaptive's spin adaptive: a spin
+	// that ran out without its event makes the next spinBackoff waits (1,
+	// 2, 4, ... up to maxSpinBackoff) sleep at once; a spin that caught its
+	// event resets it. Only the waiter touches them, and successive
+	// waiters are ordered by mu (the waiting flag).
+	spinSkip, spinBackoff uint32
+
 	// oneOnly mirrors streams.thresholdOneOnly for Wait, which must not
 	// take ia.mu.
 	oneOnly atomic.Bool
@@ -62,6 +69,10 @@ type EVD struct {
 	refs    int // EPs and service points referencing the EVD
 	streams evdStreams
 }
+
+// maxSpinBackoff bounds how many waits in a row sleep at once after spins
+// that did not pay; then a spin is tried again.
+const maxSpinBackoff = 64
 
 // pollBatch is how many completions one CQ poll takes.
 const pollBatch = 16
@@ -372,6 +383,7 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 		policy = *e.policy
 	}
 	var spinUntil time.Time
+	spinning := false // in the spin phase of this wait
 	var timer *time.Timer
 	var stopCtx func() bool
 	defer func() {
@@ -390,6 +402,9 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 		}
 		lost := e.pollLocked()
 		if e.n >= threshold && (first || e.notified != seen) {
+			if spinning {
+				e.spinBackoff = 0 // the spin paid
+			}
 			ev := e.popLocked()
 			n := e.n
 			e.waiting = false
@@ -401,8 +416,12 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 		e.reportLost(lost)
 		if first {
 			first = false
-			if spin := policy.spin(e.ia.attr.Spin); policy.Mode != PollEvent && spin > 0 {
-				spinUntil = time.Now().Add(spin)
+			if spin := policy.spin(e.ia.attr.Spin); policy.Mode == PollAdaptive && spin > 0 {
+				if e.spinSkip > 0 {
+					e.spinSkip--
+				} else {
+					spinUntil, spinning = time.Now().Add(spin), true
+				}
 			}
 		}
 		if done != nil {
@@ -420,8 +439,16 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 			}
 			return e.giveUp(err)
 		}
+		if spinning && !now.Before(spinUntil) {
+			// The spin ran out: the event comes from somewhere a spin
+			// does not see sooner (or keeps from running). Sleep at
+			// once for the next few waits.
+			spinning = false
+			e.spinBackoff = min(max(2*e.spinBackoff, 1), maxSpinBackoff)
+			e.spinSkip = e.spinBackoff
+		}
 		switch {
-		case policy.Mode == PollBusy || now.Before(spinUntil):
+		case policy.Mode == PollBusy || spinning:
 			runtime.Gosched()
 		case e.cq != nil:
 			if done != nil && stopCtx == nil {

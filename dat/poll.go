@@ -10,7 +10,11 @@ type PollMode uint8
 const (
 	// PollAdaptive polls the completion queue for the policy's spin time,
 	// yielding the processor between polls, then sleeps until the provider
-	// signals a completion. It is the default.
+	// signals a completion. A spin that runs out without its event makes
+	// the next waits sleep at once (1, 2, 4, ... up to 64 of them), so a
+	// spin that does not pay, because the completion comes from
+	// somewhere the spin keeps from running, costs little. It is the
+	// default.
 	PollAdaptive PollMode = iota
 	// PollBusy never sleeps: the waiter polls until its event comes or
 	// its time runs out. Lowest latency, one busy core per waiter.
