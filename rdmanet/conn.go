@@ -106,11 +106,12 @@ const (
 // receives, which must be in place before the connection exists: the
 // peer may send the moment it is established. It takes a reference on s
 // and lists the Conn in the process's registry (see Snapshot) until its
-// memory is released. log may be nil (slog.Default()).
-func newConn(s *sharedIA, cfg connConfig, log *slog.Logger) (c *Conn, err error) {
+// memory is released. d is the dial's configuration for a dialed Conn,
+// nil for an accepted one; log may be nil (slog.Default()).
+func newConn(s *sharedIA, cfg connConfig, log *slog.Logger, d *Dialer) (c *Conn, err error) {
 	s.hold()
 	c = &Conn{
-		id: nextID.Add(1), born: time.Now(), log: log,
+		id: nextID.Add(1), born: time.Now(), log: log, dialer: d,
 		ia: s, cfg: cfg,
 		rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1), cwake: make(chan struct{}, 1),
 		done: make(chan struct{}), setup: make(chan error, 1),
@@ -170,11 +171,14 @@ func (c *Conn) hello() []byte {
 	})
 }
 
-// setPeer records the peer's Hello. Callers hold c.mu or own c.
+// setPeer records the peer's Hello. It takes c.mu: Stats may read the
+// Conn while it is in its handshake.
 func (c *Conn) setPeer(h handshake.Hello) {
+	c.mu.Lock()
 	c.peer = h
 	c.peerRing = ring.Ring{Size: uint64(h.RingSize)}
 	c.cc.avail = int(h.Credits)
+	c.mu.Unlock()
 }
 
 // established records the addresses of a connection that just came up.
@@ -353,13 +357,13 @@ func (c *Conn) Close() error {
 func (c *Conn) teardown() (graceful bool) {
 	var expired atomic.Bool
 	limit := time.AfterFunc(lingerTimeout, func() { expired.Store(true); c.kick() })
-	drained := false
+	drained, gone := false, false
 	for {
 		k := c.pr.kicks.Load()
 		c.mu.Lock()
 		// The transport's end, or a handshake that never finished
 		// (abandon), always leaves err set.
-		gone := c.err != nil
+		gone = c.err != nil
 		drained = !gone && (!c.finWanted || c.finSent) && c.posted == c.completed
 		c.mu.Unlock()
 		if gone || drained || expired.Load() {
@@ -373,6 +377,10 @@ func (c *Conn) teardown() (graceful bool) {
 		}
 	}
 	limit.Stop()
+	if !gone && !drained {
+		c.logInfo("rdmanet: close timed out", slog.String("reason", "timeout"),
+			slog.String("error", "queued data and the FIN did not drain within "+lingerTimeout.String()+"; disconnecting abruptly"))
+	}
 	if st, err := c.ep.GetStatus(); err == nil && st.State != dat.EPDisconnected && st.State != dat.EPUnconnected {
 		flags := dat.CloseAbrupt
 		if drained {
@@ -415,6 +423,8 @@ func (c *Conn) awaitDisconnected() {
 			return
 		}
 		if expired.Load() {
+			c.logInfo("rdmanet: disconnect timed out", slog.String("reason", "timeout"),
+				slog.String("error", "the peer did not finish the disconnect within "+disconnectTimeout.String()))
 			c.ep.Disconnect(dat.CloseAbrupt)
 			return
 		}

@@ -168,11 +168,11 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 	if tmpl == nil && !d.NoDup {
 		tmpl = s.template(key)
 	}
-	c, err := newConn(s, newConnConfig(d.bufferSize(), d.Poll), d.Logger)
+	c, err := newConn(s, newConnConfig(d.bufferSize(), d.Poll), d.Logger, d)
 	if err != nil {
 		return nil, opError("dial", local, dst, err)
 	}
-	c.dialer, c.dialKey = d, key
+	c.dialKey = key
 	timeout := dat.TimeoutInfinite
 	if dl, ok := ctx.Deadline(); ok {
 		if timeout = dat.TimeoutOf(time.Until(dl)); timeout == 0 {

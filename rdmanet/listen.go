@@ -277,7 +277,7 @@ func (l *Listener) handle(cr *dat.CR) {
 		l.refuse(p.RemoteAddr.String(), "backlog full", nil)
 		return
 	}
-	c, err := newConn(l.ia, l.cfg, l.log)
+	c, err := newConn(l.ia, l.cfg, l.log, nil)
 	if err != nil {
 		l.mu.Lock()
 		l.building--

@@ -189,3 +189,49 @@ func TestWriteTableOneLineEach(t *testing.T) {
 	require.Len(t, lines, 4, "%q", b.String()) // summary, blank, header, the row
 	require.Contains(t, lines[3], "a b c")
 }
+
+// TestSnapshotConcurrent takes snapshots without pause while connections
+// are dialed, accepted, used, refused and closed: under the race detector
+// this checks that everything a listing reads is read safely at every
+// stage of a Conn's life.
+func TestSnapshotConcurrent(t *testing.T) {
+	l, err := (&ListenConfig{IA: "iwarp", Backlog: 4}).Listen(context.Background(), "rdma", "127.0.0.1:0")
+	require.NoError(t, err)
+	serve(t, l, func(c net.Conn) { io.Copy(c, c); c.Close() })
+	stop := make(chan struct{})
+	snapped := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				snapped <- n
+				return
+			default:
+			}
+			var b strings.Builder
+			Snapshot().WriteTable(&b)
+			n++
+		}
+	}()
+	d := Dialer{IA: "iwarp", Timeout: 10 * time.Second}
+	for i := 0; i < 20; i++ {
+		if i%5 == 4 {
+			testHelloHook = func(b []byte) []byte { b[4] = 9; return b }
+		}
+		c, err := d.Dial("rdma", l.Addr().String())
+		testHelloHook = nil
+		if i%5 == 4 {
+			require.Error(t, err)
+			continue
+		}
+		require.NoError(t, err)
+		_, err = c.Write([]byte("x"))
+		require.NoError(t, err)
+		_, err = io.ReadFull(c, make([]byte, 1))
+		require.NoError(t, err)
+		require.NoError(t, c.Close())
+	}
+	close(stop)
+	require.Positive(t, <-snapped)
+}
