@@ -25,7 +25,11 @@ func TestSteadyStateAllocs(t *testing.T) {
 
 	c1, c2, stop := pipe(t, "iwarp", 64<<10)
 	defer stop()
-	small, big := make([]byte, 64), make([]byte, 48<<10)
+	// huge is more than the peer's ring: such a Write must wait for room
+	// (nothing else polls c1 while it writes, so nothing reports the
+	// peer's consumption before it finds the ring full), which takes the
+	// waiting path and its Stats accounting.
+	small, big, huge := make([]byte, 64), make([]byte, 48<<10), make([]byte, 96<<10)
 	go func() {
 		buf := make([]byte, 64<<10)
 		for {
@@ -52,17 +56,23 @@ func TestSteadyStateAllocs(t *testing.T) {
 			if i%4 == 0 {
 				round(big)
 			}
+			if i%16 == 0 {
+				round(huge)
+			}
 		}
 	}
 	run(500) // warm up: grow every queue to its steady size
 	// The profile is published at garbage collections, up to two behind.
 	runtime.GC()
 	runtime.GC()
-	before := allocsByStack()
+	before, waitsBefore := allocsByStack(), writeWaits(c1)
 	run(2000)
 	runtime.GC()
 	runtime.GC()
-	after := allocsByStack()
+	after, waitsAfter := allocsByStack(), writeWaits(c1)
+	if waitsAfter == waitsBefore {
+		t.Errorf("no Write waited for room: the waiting path went unmeasured")
+	}
 	var ours, others []string
 	for k, n := range after {
 		if d := n - before[k]; d > 0 {
@@ -82,6 +92,12 @@ func TestSteadyStateAllocs(t *testing.T) {
 	if len(ours) > 0 {
 		t.Errorf("rdmanet allocated in steady state:\n%s", strings.Join(ours, "\n"))
 	}
+}
+
+// writeWaits counts the times c's Writes waited for room, of any cause.
+func writeWaits(c *Conn) uint64 {
+	s := c.Stats()
+	return s.CreditStalls + s.RingFullWaits + s.SendQueueWaits
 }
 
 // allocsByStack sums allocated objects by the innermost frame outside the
