@@ -243,8 +243,8 @@ func testManyPosts(e *env) {
 		}
 	}
 	for _, comp := range c.a.scq.await(sids...) {
+		// Length is undefined on send-side completions (the contract).
 		require.Equal(e.t, driver.StatusSuccess, comp.Status, "%+v", comp)
-		require.Equal(e.t, uint32(sz), comp.Length, "%+v", comp)
 	}
 	for i, comp := range c.p.rcq.await(rids...) {
 		require.Equal(e.t, driver.StatusSuccess, comp.Status, "%+v", comp)
