@@ -94,7 +94,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	}
 	aps, err := resolve(ctx, network, address, false)
 	if err != nil {
-		return nil, d.dialFailed(address, opError("dial", local, nil, err))
+		return nil, d.dialFailed(address, timedOut(ctx, opError("dial", local, nil, err)))
 	}
 	var first error
 	for _, ap := range aps {
@@ -123,9 +123,15 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	return nil, d.dialFailed(address, first)
 }
 
-// dialFailed logs a failed dial at Info, with its reason, and returns err.
+// dialFailed logs a failed dial, with its reason, and returns err. A dial
+// its caller cancelled is logged at Debug only: net/http, for one, cancels
+// the dials it no longer needs as a matter of course.
 func (d *Dialer) dialFailed(address string, err error) error {
-	logger(d.Logger).LogAttrs(context.Background(), slog.LevelInfo, "rdmanet: dial failed",
+	level := slog.LevelInfo
+	if errors.Is(err, context.Canceled) {
+		level = slog.LevelDebug
+	}
+	logger(d.Logger).LogAttrs(context.Background(), level, "rdmanet: dial failed",
 		slog.String("remote", address), slog.String("reason", failureReason(err)), slog.String("error", err.Error()))
 	return err
 }
@@ -149,14 +155,14 @@ func (d *Dialer) bufferSize() int { return d.BufferSize }
 // dialAddr makes one connection to ap, through dup_connect on tmpl's EP
 // when tmpl is given or the IA has a live dialed connection to ap. d is
 // the dial's own copy of the configuration: the Conn keeps it.
-func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, tmpl *Conn) (*Conn, error) {
+func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, tmpl *Conn) (_ *Conn, err error) {
+	defer func() { err = timedOut(ctx, err) }()
 	dst := &Addr{IP: ap.Addr(), Port: ap.Port()}
 	var lip netip.Addr
 	if local != nil {
 		lip = local.IP
 	}
 	var s *sharedIA
-	var err error
 	if tmpl != nil {
 		s = tmpl.ia
 		s.hold()
@@ -209,6 +215,18 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 	}
 	c.logDebug("rdmanet: dialed", slog.Bool("dup", dup))
 	return c, nil
+}
+
+// timedOut makes err, a dial's *net.OpError, report ctx's end if ctx is
+// done: whatever step the dial was at when its time ran out (opening the
+// IA, resolving, the handshake), the caller sees the same timeout (or
+// cancellation), as with package net.
+func timedOut(ctx context.Context, err error) error {
+	var oe *net.OpError
+	if cerr := ctx.Err(); cerr != nil && errors.As(err, &oe) {
+		oe.Err = contextError(cerr)
+	}
+	return err
 }
 
 // testHelloHook lets tests send a Hello of their making.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -190,4 +191,26 @@ func TestDialerCopy(t *testing.T) {
 		require.NoError(t, err)
 		x.Close()
 	})
+}
+
+// TestLogCanceledDial: a dial its caller cancelled is no failure worth
+// Info (net/http cancels dials it no longer needs); a timed-out one is.
+func TestLogCanceledDial(t *testing.T) {
+	sink, log := newLogSink()
+	d := Dialer{Logger: log}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := d.DialContext(ctx, "rdma", "127.0.0.1:9")
+	require.ErrorIs(t, err, context.Canceled)
+	ctx, cancel = context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	_, err = d.DialContext(ctx, "rdma", "127.0.0.1:9")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "a dial that never started times out as one that did")
+	recs := sink.records("rdmanet: dial failed")
+	require.Len(t, recs, 2)
+	require.Equal(t, "DEBUG", recs[0]["level"])
+	require.Equal(t, "canceled", recs[0]["reason"])
+	require.Equal(t, "INFO", recs[1]["level"])
+	require.Equal(t, "timeout", recs[1]["reason"])
 }

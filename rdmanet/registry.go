@@ -170,9 +170,14 @@ func (l *Listener) info(now time.Time) ListenerInfo {
 }
 
 // ExpvarName is the name under which the package publishes Snapshot
-// through package expvar: a program that serves expvar's handler (or
-// http.DefaultServeMux, where importing expvar installs it at
-// /debug/vars) shows the listing there as JSON.
+// through package expvar: a program that serves expvar's handler shows
+// the listing there as JSON.
+//
+// Importing expvar (which this package does) installs that handler on
+// http.DefaultServeMux at /debug/vars, as it does for every program that
+// imports expvar: a program serving DefaultServeMux to untrusted clients
+// shows them its connections' addresses there. Such a program should
+// serve a mux of its own.
 const ExpvarName = "rdmanet"
 
 func init() {
