@@ -148,6 +148,18 @@ type ListenConfig struct {
 	// SharePort asks for SO_REUSEPORT so several listeners (processes) may
 	// share the port.
 	SharePort bool
+	// Fallback, when non-nil, lets the port serve plain TCP clients too: a
+	// TCP connection that turns out not to be a connection request of
+	// this transport (its first bytes are something else, or it stays
+	// silent; each provider documents how it decides) is handed to
+	// Fallback instead of being dropped, wrapped so that reads return
+	// every byte the client sent, those the provider read to decide
+	// included. c is Fallback's from then on: it must close it. Calls may
+	// run concurrently, and Listener.Close waits for those in progress,
+	// so Fallback should hand c off (queue it, start a goroutine) rather
+	// than serve it. Providers whose connections are not set up over a
+	// TCP socket of their own (verbs: rdma_cm) ignore it.
+	Fallback func(c net.Conn)
 }
 
 // ConnectResult describes an established connection.
@@ -302,6 +314,12 @@ var (
 	// ErrAccessRefused: the adapter refused a memory window bind over
 	// the region, range or rights asked for (DAT_PRIVILEGES_VIOLATION).
 	ErrAccessRefused = errors.New("memory access refused by the adapter")
+	// ErrNotRDMAPeer: the remote port answered a connection request with
+	// something that is not this transport's reply (a plain TCP server,
+	// say an HTTP server answering with an error page), so the caller may
+	// fall back to another protocol at once rather than wait for a
+	// timeout. Package dat reports it as a non-peer reject.
+	ErrNotRDMAPeer = errors.New("remote port is not an RDMA peer")
 )
 
 // RejectError reports that the peer consumer refused a connection; it

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
@@ -74,7 +75,13 @@ func (ia *IA) initiate(ctx, actx context.Context, raddr *net.TCPAddr, cfg driver
 		err = context.Cause(actx)
 	}
 	if err != nil {
-		_ = tc.Close()
+		if errors.Is(err, driver.ErrNotRDMAPeer) {
+			// Whatever the server sent is unread: reset at once
+			// rather than leave it a half-closed connection.
+			resetClose(tc)
+		} else {
+			_ = tc.Close()
+		}
 		var rej *driver.RejectError
 		if errors.As(err, &rej) {
 			return nil, driver.ConnectResult{}, err
@@ -106,9 +113,17 @@ func (ia *IA) exchangeInitiator(tc *net.TCPConn, cfg driver.QPConfig, pdata []by
 		req.Header.Flags |= wire.MPAFlagCRC
 	}
 	if err := writeMPA(tc, &req); err != nil {
-		return ConnInfo{}, driver.ConnectResult{}, fmt.Errorf("MPA request: %w", err)
+		return ConnInfo{}, driver.ConnectResult{}, fmt.Errorf("MPA request: %w", refused(err))
 	}
-	rep, _, err := readMPA(tc, wire.MPAReply)
+	var hdr [wire.MPAHeaderLen]byte
+	n, err := matchKey(tc, wire.MPAReply, hdr[:wire.MPAKeyLen], 0)
+	if err != nil {
+		if n == 0 {
+			err = refused(err)
+		}
+		return ConnInfo{}, driver.ConnectResult{}, fmt.Errorf("MPA reply: %w", err)
+	}
+	rep, _, err := readMPARest(tc, wire.MPAReply, &hdr)
 	if err != nil {
 		return ConnInfo{}, driver.ConnectResult{}, fmt.Errorf("MPA reply: %w", err)
 	}
@@ -141,6 +156,17 @@ func (ia *IA) exchangeInitiator(tc *net.TCPConn, cfg driver.QPConfig, pdata []by
 		}
 	}
 	return info, driver.ConnectResult{PrivateData: clone(rep.PrivateData)}, nil
+}
+
+// refused adds syscall.ECONNREFUSED to a reset that came before any byte
+// of the MPA Reply: a listener that is full resets new connections before
+// the MPA exchange, which is its way of refusing them (the TCP connection
+// itself was completed by the kernel, so the dial could not fail).
+func refused(err error) error {
+	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return fmt.Errorf("%w (reset before the MPA Reply: %w)", err, syscall.ECONNREFUSED)
+	}
+	return err
 }
 
 // classify wraps an establishment error so that package dat can tell the

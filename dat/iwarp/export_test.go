@@ -5,11 +5,27 @@ package iwarp
 // ListenerQueued reports requests parsed but not yet returned by Accept.
 func ListenerQueued(l *Listener) int { return len(l.ready) }
 
-// ListenerHandshakes reports TCP connections whose MPA Request is being read.
+// ListenerHandshakes reports TCP connections in admission.
 func ListenerHandshakes(l *Listener) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.handshakes)
+	return l.admitting.n
+}
+
+// AdmissionCounts is what a listener's admission did so far.
+type AdmissionCounts struct {
+	Refused  int // reset because the backlog was full
+	Evicted  int // reset to make room for a newer connection
+	Dropped  int // reset: silent, not MPA, or a bad Request
+	Fallback int // handed to ListenConfig.Fallback
+}
+
+// ListenerCounts reports l's admission counters.
+func ListenerCounts(l *Listener) AdmissionCounts {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.counts
+	return AdmissionCounts{Refused: c.refused, Evicted: c.evicted, Dropped: c.dropped, Fallback: c.fallback}
 }
 
 // QPCanSend is the startup gate of q's connection (nil without one).

@@ -35,7 +35,7 @@ func testCtx(t *testing.T) context.Context {
 }
 
 // openIA opens an IA on 127.0.0.1 with the given options.
-func openIA(t *testing.T, opts ...string) *iwarp.IA {
+func openIA(t testing.TB, opts ...string) *iwarp.IA {
 	t.Helper()
 	dia, err := iwarp.Driver{}.Open(context.Background(), append([]string{"127.0.0.1"}, opts...))
 	if err != nil {
@@ -46,7 +46,7 @@ func openIA(t *testing.T, opts ...string) *iwarp.IA {
 	return ia
 }
 
-func listen(t *testing.T, ia *iwarp.IA, cfg driver.ListenConfig) *iwarp.Listener {
+func listen(t testing.TB, ia *iwarp.IA, cfg driver.ListenConfig) *iwarp.Listener {
 	t.Helper()
 	l, err := ia.Listen(cfg)
 	if err != nil {

@@ -2,9 +2,12 @@ package iwarp
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"syscall"
@@ -20,27 +23,87 @@ import (
 // Listener accepts MPA connection requests on one TCP port. It implements
 // driver.Listener.
 //
-// Every accepted TCP connection gets its own short-lived goroutine that
-// reads the MPA Request (bounded by req_timeout and max_handshakes); a
-// valid Request becomes a *Request for Accept. At most backlog requests
-// may be parsed but not yet settled (accepted, rejected or aborted);
-// beyond that new arrivals are reset without an MPA Reply, which the
-// initiator reports as a non-peer reject.
+// Every accepted TCP connection goes through admission: a short-lived
+// goroutine reads its first bytes and decides. A valid MPA Request becomes
+// a *Request for Accept; anything else is reset, or with
+// ListenConfig.Fallback handed to Fallback. At most max_handshakes
+// connections are in admission at once, each for at most req_timeout;
+// when a new one arrives with the table full, the oldest is reset. At most
+// backlog requests may be parsed but not yet settled (accepted, rejected
+// or aborted); while that many are, a new connection is reset before
+// anything is read from it, which the initiator's kernel and this
+// provider report as a refused connection (syscall.ECONNREFUSED). The
+// package documentation gives the policy and its reasons.
 type Listener struct {
 	ia             *IA
 	tl             net.Listener
 	backlog        int
 	maxHandshakes  int
 	requestTimeout time.Duration
+	fallbackWait   time.Duration
+	fallback       func(net.Conn)
 
 	ready chan *Request // parsed, not yet returned by Accept; cap backlog
 	done  chan struct{} // closed by Close
 	wg    sync.WaitGroup
 
-	mu         sync.Mutex
-	closed     bool
-	pending    int // parsed and not yet settled
-	handshakes map[*net.TCPConn]struct{}
+	mu        sync.Mutex
+	closed    bool
+	pending   int            // parsed and not yet settled
+	admitting admissionQueue // connections in admission, oldest first
+	counts    admissionCounts
+}
+
+// admission is a TCP connection whose first bytes are being read.
+type admission struct {
+	tc         *net.TCPConn
+	queued     bool // in Listener.admitting (under Listener.mu)
+	prev, next *admission
+	// evicted (under Listener.mu) means the queue gave the connection up:
+	// whoever removed it (a newer arrival, Close) resets it, and the
+	// admission goroutine must not touch it any more.
+	evicted bool
+}
+
+// admissionQueue lists the connections in admission in arrival order, so
+// the oldest can be found and removed in constant time.
+type admissionQueue struct {
+	head, tail *admission
+	n          int
+}
+
+func (q *admissionQueue) push(a *admission) {
+	a.prev, a.next = q.tail, nil
+	if q.tail != nil {
+		q.tail.next = a
+	} else {
+		q.head = a
+	}
+	q.tail = a
+	q.n++
+}
+
+func (q *admissionQueue) remove(a *admission) {
+	if a.prev != nil {
+		a.prev.next = a.next
+	} else {
+		q.head = a.next
+	}
+	if a.next != nil {
+		a.next.prev = a.prev
+	} else {
+		q.tail = a.prev
+	}
+	a.prev, a.next = nil, nil
+	q.n--
+}
+
+// admissionCounts counts what admission did, for tests and benchmarks.
+type admissionCounts struct {
+	refused  int // reset because the backlog was full
+	evicted  int // reset to make room for a newer connection
+	dropped  int // reset: silent past req_timeout, not MPA, bad Request
+	fallback int // handed to ListenConfig.Fallback
 }
 
 var _ driver.Listener = (*Listener)(nil)
@@ -55,7 +118,9 @@ func listen(ia *IA, cfg driver.ListenConfig) (*Listener, error) {
 		host = ia.opts.ip.String()
 	}
 	addr := net.JoinHostPort(host, strconv.Itoa(int(cfg.Port)))
-	var lc net.ListenConfig // Go sets SO_REUSEADDR on listeners, like siw
+	// Go sets SO_REUSEADDR on listeners, like siw, and passes
+	// net.core.somaxconn to listen(2) as the accept queue's depth.
+	var lc net.ListenConfig
 	if cfg.SharePort {
 		lc.Control = reuseport.Control // SO_REUSEPORT + SO_REUSEADDR
 	}
@@ -75,9 +140,10 @@ func listen(ia *IA, cfg driver.ListenConfig) (*Listener, error) {
 		backlog:        backlog,
 		maxHandshakes:  ia.opts.maxHandshakes,
 		requestTimeout: ia.opts.requestTimeout,
+		fallbackWait:   ia.opts.fallbackWait,
+		fallback:       cfg.Fallback,
 		ready:          make(chan *Request, backlog),
 		done:           make(chan struct{}),
-		handshakes:     make(map[*net.TCPConn]struct{}),
 	}
 	l.wg.Add(1)
 	go l.acceptLoop()
@@ -100,10 +166,11 @@ func (l *Listener) isClosed() bool {
 	return l.closed
 }
 
-// Close stops listening. TCP connections still in the MPA handshake and
-// requests not yet returned by Accept are reset (non-peer rejects);
-// requests already returned stay the caller's to settle. Close returns
-// once no goroutine of the listener is left. It is idempotent.
+// Close stops listening. TCP connections still in admission and requests
+// not yet returned by Accept are reset (non-peer rejects); requests
+// already returned stay the caller's to settle. Close returns once no
+// goroutine of the listener is left, calls to ListenConfig.Fallback in
+// progress included. It is idempotent.
 func (l *Listener) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -112,14 +179,17 @@ func (l *Listener) Close() error {
 	}
 	l.closed = true
 	close(l.done)
-	hs := make([]*net.TCPConn, 0, len(l.handshakes))
-	for tc := range l.handshakes {
-		hs = append(hs, tc)
+	var victims []*net.TCPConn
+	for l.admitting.head != nil {
+		a := l.admitting.head
+		l.admitting.remove(a)
+		a.evicted = true
+		victims = append(victims, a.tc)
 	}
 	l.mu.Unlock()
 
 	err := l.tl.Close()
-	for _, tc := range hs {
+	for _, tc := range victims {
 		resetClose(tc)
 	}
 	l.wg.Wait()
@@ -138,11 +208,13 @@ func (l *Listener) Close() error {
 	return nil
 }
 
-// acceptLoop takes TCP connections off the socket and starts a handshake
-// goroutine for each.
+// acceptLoop takes TCP connections off the socket and starts an admission
+// goroutine for each. It never waits for a peer, so the kernel's accept
+// queue drains as fast as connections arrive, whatever they send.
 func (l *Listener) acceptLoop() {
 	defer l.wg.Done()
 	var backoff time.Duration
+	var peekBuf [wire.MPAHeaderLen + maxWirePrivateData]byte
 	for {
 		nc, err := l.tl.Accept()
 		if err != nil {
@@ -166,64 +238,236 @@ func (l *Listener) acceptLoop() {
 		backoff = 0
 		tc := nc.(*net.TCPConn)
 		l.mu.Lock()
-		if l.closed || len(l.handshakes) >= l.maxHandshakes {
+		if l.closed || (l.fallback == nil && l.pending >= l.backlog) {
+			// Full: refuse before the MPA exchange, so the initiator
+			// sees a refused connection rather than a failed handshake.
+			// (With Fallback the connection may be a plain TCP client,
+			// which the backlog does not concern: a Request is refused
+			// once read instead, the same way.)
+			if !l.closed {
+				l.counts.refused++
+			}
 			l.mu.Unlock()
 			resetClose(tc)
 			continue
 		}
-		l.handshakes[tc] = struct{}{}
+		// What has arrived already decides most connections: a real
+		// initiator's Request is usually complete by the time a busy
+		// listener takes the connection, and garbage is garbage from its
+		// first byte.
+		a := &admission{tc: tc}
+		switch classifyFirstBytes(peekBuf[:peekNow(tc, peekBuf[:])]) {
+		case firstBytesRequest:
+			// Its admission goroutine will not wait for the peer, so it
+			// takes no slot in the table and cannot be evicted: a flood
+			// of silent connections cannot push out a Request that has
+			// arrived.
+			l.wg.Add(1)
+			l.mu.Unlock()
+			go l.handshake(a)
+			continue
+		case firstBytesNotMPA:
+			if l.fallback == nil {
+				l.counts.dropped++
+				l.mu.Unlock()
+				resetClose(tc)
+				continue
+			}
+		}
+		var victim *admission
+		if l.admitting.n >= l.maxHandshakes {
+			victim = l.admitting.head
+			l.admitting.remove(victim)
+			victim.evicted = true
+			l.counts.evicted++
+		}
+		a.queued = true
+		l.admitting.push(a)
 		l.wg.Add(1)
 		l.mu.Unlock()
-		go l.handshake(tc)
+		if victim != nil {
+			resetClose(victim.tc)
+		}
+		go l.handshake(a)
 	}
 }
 
-// handshake reads one MPA Request and queues it for Accept, or drops the
-// connection.
-func (l *Listener) handshake(tc *net.TCPConn) {
+// verdict is what admission decided about a connection.
+type verdict int
+
+const (
+	verdictDrop     verdict = iota // reset it
+	verdictRequest                 // a valid Request: queue it for Accept
+	verdictRejected                // a reject Reply was sent: close it
+	verdictFallback                // not MPA: hand it to Fallback
+)
+
+// handshake runs admission for a and carries out its verdict, unless a
+// newer connection or Close evicted a meanwhile.
+func (l *Listener) handshake(a *admission) {
 	defer l.wg.Done()
-	r := l.readRequest(tc)
+	v, f, prefix := l.admit(a.tc)
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.handshakes, tc)
-	if r == nil {
+	if a.evicted {
+		l.mu.Unlock()
 		return
 	}
-	if l.closed || l.pending >= l.backlog {
-		// Closed meanwhile, or backlog full: refuse without a Reply.
-		resetClose(tc)
-		return
+	if a.queued {
+		l.admitting.remove(a)
 	}
-	l.pending++
-	l.ready <- r // cannot block: len(ready) <= pending <= backlog
+	switch {
+	case l.closed:
+		v = verdictDrop
+	case v == verdictRequest && l.pending >= l.backlog:
+		// Filled up meanwhile: refuse without a Reply, as at accept.
+		l.counts.refused++
+		v = verdictDrop
+	case v == verdictRequest:
+		l.pending++
+		l.ready <- &Request{l: l, tc: a.tc, req: f} // cannot block: len(ready) <= pending <= backlog
+		l.mu.Unlock()
+		return
+	case v == verdictFallback:
+		l.counts.fallback++
+	case v == verdictDrop:
+		l.counts.dropped++
+	}
+	l.mu.Unlock()
+	switch v {
+	case verdictFallback:
+		_ = a.tc.SetDeadline(time.Time{})
+		l.fallback(&fallbackConn{Conn: a.tc, tc: a.tc, prefix: prefix})
+	case verdictRejected:
+		// A plain close, so the FIN follows the reject Reply.
+		_ = a.tc.Close()
+	default:
+		resetClose(a.tc)
+	}
 }
 
-// readRequest reads and checks the MPA Request on a fresh connection. It
-// returns nil after dropping the connection when the Request is missing
-// or invalid, and after answering with a reject Reply when it asks for
-// something this provider never supports (markers, or E without room for
-// the IRD/ORD block), as siw does.
-func (l *Listener) readRequest(tc *net.TCPConn) *Request {
+// admit reads a new connection's first bytes and decides what it is. It
+// never closes tc: handshake does, unless the connection was evicted.
+//
+// Without Fallback, the MPA Request must be complete within req_timeout
+// and the connection is dropped at the first byte that differs from the
+// Request key. With Fallback, that byte, no byte at all within
+// fallback_wait, only a prefix of the key within req_timeout, or the
+// client's FIN before the whole key hands the connection to Fallback with
+// the bytes read so far; once the key is complete the connection is MPA's
+// and dropped if the rest is not a valid Request. A Request that
+// asks for something this provider never supports (markers, or E without
+// room for the IRD/ORD block) is answered with a reject Reply, as siw
+// does.
+func (l *Listener) admit(tc *net.TCPConn) (v verdict, f wire.MPAFrame, prefix []byte) {
 	_ = tc.SetNoDelay(true) // siw_tcp_nagle = false
-	// The deadline covers the reject Reply written below as well: a peer
+	// Measured from here, not from the TCP accept: a goroutine started
+	// late under load must not hold the peer's delay against it. The
+	// deadline covers the reject Reply written below as well: a peer
 	// that does not read cannot hold the goroutine.
-	_ = tc.SetDeadline(time.Now().Add(l.requestTimeout))
-	f, shortV2, err := readMPA(tc, wire.MPARequest)
+	start := time.Now()
+	deadline := start.Add(l.requestTimeout)
+	first := deadline
+	if l.fallback != nil {
+		first = start.Add(min(l.fallbackWait, l.requestTimeout))
+	}
+	_ = tc.SetDeadline(first)
+	var hdr [wire.MPAHeaderLen]byte
+	key := hdr[:wire.MPAKeyLen]
+	n, err := tc.Read(key)
+	if n > 0 || err == nil {
+		if n > 0 && l.fallback != nil {
+			_ = tc.SetDeadline(deadline)
+		}
+		n, err = matchKey(tc, wire.MPARequest, key, n)
+	}
 	if err != nil {
-		// Silence, truncation, wrong key, revision > 2, PD_Length over
-		// the limit, garbage: siw drops the connection without a word.
-		_ = tc.Close()
-		return nil
+		// Not MPA, silence, EOF, reset. siw drops the connection
+		// without a word; with Fallback, a connection that did not send
+		// the whole Request key and can still be talked to is a TCP
+		// client (one that half-closed after a short request, or waits
+		// for the server to speak first).
+		var notMPA *notMPAError
+		if l.fallback != nil && (errors.As(err, &notMPA) || errors.Is(err, os.ErrDeadlineExceeded) ||
+			errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+			return verdictFallback, f, clone(key[:n])
+		}
+		return verdictDrop, f, nil
+	}
+	f, shortV2, err := readMPARest(tc, wire.MPARequest, &hdr)
+	if err != nil {
+		// Truncated, revision > 2, PD_Length over the limit.
+		return verdictDrop, f, nil
 	}
 	if shortV2 || f.Header.Flags&wire.MPAFlagMarkers != 0 {
 		rep, _ := responderReply(&f, l.ia.opts.requireCRC, 0, 0, nil, true)
 		_ = writeMPA(tc, &rep)
-		_ = tc.Close()
-		return nil
+		return verdictRejected, f, nil
 	}
 	_ = tc.SetDeadline(time.Time{})
-	return &Request{l: l, tc: tc, req: f}
+	return verdictRequest, f, nil
 }
+
+// firstBytes classifies what a connection sent before the listener took it.
+type firstBytes int
+
+const (
+	firstBytesUnknown firstBytes = iota // nothing yet, or a part of an MPA Request
+	firstBytesRequest                   // a whole frame that claims to be an MPA Request
+	firstBytesNotMPA                    // bytes that no MPA Request starts with
+)
+
+// classifyFirstBytes looks at the bytes a connection sent first (a peek:
+// they are still to be read). It only sorts; admit validates the Request.
+func classifyFirstBytes(b []byte) firstBytes {
+	key := wire.MPARequest.Key()
+	k := min(len(b), len(key))
+	switch {
+	case string(b[:k]) != key[:k]:
+		return firstBytesNotMPA
+	case len(b) < wire.MPAHeaderLen:
+		return firstBytesUnknown
+	}
+	pd := int(binary.BigEndian.Uint16(b[wire.MPAHeaderLen-2:]))
+	if pd <= maxWirePrivateData && len(b) >= wire.MPAHeaderLen+pd {
+		return firstBytesRequest
+	}
+	return firstBytesUnknown
+}
+
+// fallbackConn is a connection handed to ListenConfig.Fallback: reads
+// return the bytes admission read to classify it before anything else,
+// so the fallback server sees the client's stream intact.
+type fallbackConn struct {
+	net.Conn // tc; only net.Conn's methods are promoted (TCPConn.WriteTo would skip the prefix)
+	tc       *net.TCPConn
+
+	mu     sync.Mutex
+	prefix []byte
+}
+
+// Read returns what is left of the sniffed prefix, then reads the socket.
+func (c *fallbackConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	if len(c.prefix) > 0 {
+		n := copy(p, c.prefix)
+		c.prefix = c.prefix[n:]
+		c.mu.Unlock()
+		return n, nil
+	}
+	c.mu.Unlock()
+	return c.tc.Read(p)
+}
+
+// ReadFrom lets io.Copy into the connection use the socket's fast paths
+// (splice, sendfile).
+func (c *fallbackConn) ReadFrom(r io.Reader) (int64, error) { return c.tc.ReadFrom(r) }
+
+// CloseWrite shuts down the writing side (servers that half-close, such
+// as net/http, look for it).
+func (c *fallbackConn) CloseWrite() error { return c.tc.CloseWrite() }
+
+// CloseRead shuts down the reading side.
+func (c *fallbackConn) CloseRead() error { return c.tc.CloseRead() }
 
 // release gives back the backlog slot of a settled request.
 func (l *Listener) release() {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/rdmanet/rdmanet/dat/driver"
 	"github.com/rdmanet/rdmanet/dat/iwarp/internal/wire"
 )
 
@@ -15,11 +16,65 @@ import (
 // private data than IAAttr.MaxPrivateData promises consumers.
 var errConsumerPDTooLong = errors.New("MPA private data exceeds the 252-byte consumer limit")
 
+// notMPAError reports bytes that cannot begin an MPA frame of the kind
+// being read: the peer does not speak MPA (a plain TCP client or server).
+// It wraps driver.ErrNotRDMAPeer.
+type notMPAError struct {
+	kind wire.MPAKind
+	got  []byte // what had arrived when a wrong byte was seen (at most the key's length)
+}
+
+func (e *notMPAError) Error() string {
+	what := "Request"
+	if e.kind == wire.MPAReply {
+		what = "Reply"
+	}
+	return fmt.Sprintf("%q does not begin an MPA %s: %v", e.got, what, driver.ErrNotRDMAPeer)
+}
+
+func (e *notMPAError) Unwrap() error { return driver.ErrNotRDMAPeer }
+
+// matchKey reads the MPA key of the given kind into key (len
+// wire.MPAKeyLen), of which the first n bytes were read already. It reads
+// whatever the peer has sent, never more than the key, and fails with a
+// *notMPAError as soon as a byte differs from the key, so a peer that does
+// not speak MPA is recognised from its first bytes, without waiting for a
+// whole header. It returns how many bytes key holds.
+func matchKey(r io.Reader, kind wire.MPAKind, key []byte, n int) (int, error) {
+	want := kind.Key()
+	var err error
+	for empty := 0; ; {
+		// Bytes first, then the error that came with them: a wrong byte
+		// followed by EOF is a wrong byte.
+		if string(key[:n]) != want[:n] {
+			return n, &notMPAError{kind: kind, got: clone(key[:n])}
+		}
+		if n == len(key) {
+			return n, nil
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) && n > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return n, err
+		}
+		var m int
+		m, err = r.Read(key[n:])
+		n += m
+		if m == 0 && err == nil {
+			if empty++; empty >= 100 {
+				err = io.ErrNoProgress // as bufio does for a broken reader
+			}
+		}
+	}
+}
+
 // readMPA reads one MPA frame of the given kind from r. It reads exactly
 // the 20-byte header and then exactly PD_Length bytes and nothing more:
 // bytes behind the frame belong to the FPDU stream (and from siw there
-// must be none before the other side answered). Frames with a PD_Length
-// over siw's 256 are refused before their private data is read.
+// must be none before the other side answered). Bytes that are not the
+// frame's key fail it at once (see matchKey). Frames with a PD_Length over
+// siw's 256 are refused before their private data is read.
 //
 // A Request whose E flag cannot be honoured is handled like siw does
 // (siw_proc_mpareq): with revision < 2 the flag is ignored; with revision 2
@@ -27,7 +82,18 @@ var errConsumerPDTooLong = errors.New("MPA private data exceeds the 252-byte con
 // and shortV2 set, and the caller refuses it with a reject Reply.
 func readMPA(r io.Reader, kind wire.MPAKind) (f wire.MPAFrame, shortV2 bool, err error) {
 	var hdr [wire.MPAHeaderLen]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+	if _, err := matchKey(r, kind, hdr[:wire.MPAKeyLen], 0); err != nil {
+		return f, false, err
+	}
+	return readMPARest(r, kind, &hdr)
+}
+
+// readMPARest completes readMPA once hdr holds the frame's key.
+func readMPARest(r io.Reader, kind wire.MPAKind, hdr *[wire.MPAHeaderLen]byte) (f wire.MPAFrame, shortV2 bool, err error) {
+	if _, err := io.ReadFull(r, hdr[wire.MPAKeyLen:]); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF // the key promised a header
+		}
 		return f, false, err
 	}
 	err = f.Header.Parse(hdr[:], kind, maxWirePrivateData)

@@ -14,14 +14,30 @@ import (
 // Defaults of the Open options (see the package documentation).
 const (
 	// DefaultBacklog is the listener backlog used when ListenConfig.Backlog
-	// is zero.
-	DefaultBacklog = 16
-	// DefaultMaxHandshakes bounds the TCP connections per listener whose
-	// MPA Request has not been read yet.
-	DefaultMaxHandshakes = 128
+	// is zero: as deep as the kernel's accept queue on current Linux
+	// (net.core.somaxconn), so that a burst of dials the kernel accepted
+	// is not refused one layer up.
+	DefaultBacklog = 4096
+	// DefaultMaxHandshakes bounds the TCP connections per listener that
+	// are still in admission (their MPA Request not read yet). When the
+	// table is full the oldest of them is reset to make room: 1024 is
+	// deep enough for a legitimate burst to be read before it ages out
+	// even while a flood churns the table, and costs at most 1024
+	// goroutines and file descriptors.
+	DefaultMaxHandshakes = 1024
 	// DefaultRequestTimeout is how long a responder waits for the MPA
-	// Request after accepting the TCP connection (siw MPAREP_TIMEOUT).
-	DefaultRequestTimeout = wire.SiwMPARequestTimeout
+	// Request after it took the TCP connection. A real initiator sends
+	// it with the connection's first segment; a peer still silent after
+	// a second is not one, and the sooner its slot is free the less a
+	// flood of them can hold (siw waits 5 s, wire.SiwMPARequestTimeout).
+	DefaultRequestTimeout = time.Second
+	// DefaultFallbackWait is how long a listener with
+	// ListenConfig.Fallback waits for a new connection's first byte
+	// before it hands the connection to Fallback as a client of a
+	// protocol in which the server speaks first. It is far above the
+	// delay of an MPA initiator's Request and short enough for a client
+	// waiting for a greeting.
+	DefaultFallbackWait = 200 * time.Millisecond
 	// DefaultReplyTimeout is how long an initiator waits for the MPA Reply
 	// (siw MPAREQ_TIMEOUT).
 	DefaultReplyTimeout = wire.SiwMPAReplyTimeout
@@ -41,6 +57,7 @@ type options struct {
 	backlog        int
 	maxHandshakes  int
 	requestTimeout time.Duration
+	fallbackWait   time.Duration
 	replyTimeout   time.Duration
 	closeTimeout   time.Duration
 	// mulpdu is the largest ULPDU_Length the data path sends; 0: derive
@@ -57,6 +74,7 @@ func defaultOptions() options {
 		backlog:        DefaultBacklog,
 		maxHandshakes:  DefaultMaxHandshakes,
 		requestTimeout: DefaultRequestTimeout,
+		fallbackWait:   DefaultFallbackWait,
 		replyTimeout:   DefaultReplyTimeout,
 		closeTimeout:   DefaultCloseTimeout,
 	}
@@ -94,6 +112,8 @@ func parseOptions(args []string) (options, error) {
 			o.maxHandshakes, err = parsePositive(v)
 		case "req_timeout":
 			o.requestTimeout, err = parseTimeout(v)
+		case "fallback_wait":
+			o.fallbackWait, err = parseTimeout(v)
 		case "rep_timeout":
 			o.replyTimeout, err = parseTimeout(v)
 		case "close_timeout":

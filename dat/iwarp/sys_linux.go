@@ -171,3 +171,22 @@ func (w *rawReader) readv(fd uintptr) bool {
 	}
 	return true
 }
+
+// peekNow copies into buf the bytes that have arrived on tc, without
+// consuming them and without waiting: 0 if none have, the peer closed, or
+// the socket cannot be peeked.
+func peekNow(tc *net.TCPConn, buf []byte) int {
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	_ = rc.Read(func(fd uintptr) bool {
+		m, _, err := syscall.Recvfrom(int(fd), buf, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		if err == nil && m > 0 {
+			n = m
+		}
+		return true // never wait
+	})
+	return n
+}

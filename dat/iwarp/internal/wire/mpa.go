@@ -60,6 +60,14 @@ const (
 	mpaKeyReply   = "MPA ID Rep Frame"
 )
 
+// Key is the 16-byte ASCII key that opens a frame of kind k ("" for an
+// invalid kind). A reader can tell a peer that does not speak MPA from the
+// first byte that differs from it.
+func (k MPAKind) Key() string {
+	key, _ := k.key()
+	return key
+}
+
 func (k MPAKind) key() (string, bool) {
 	switch k {
 	case MPARequest:
