@@ -41,33 +41,46 @@ func ensureNOFILE(t testing.TB, n uint64) {
 }
 
 // TestAdmissionEvictsOldest: with the admission table full, a new
-// connection pushes out the oldest silent one, not itself.
+// connection pushes out the oldest silent one, not itself; with Fallback
+// too (the evicted connection is reset, not handed on).
 func TestAdmissionEvictsOldest(t *testing.T) {
-	leakCheck(t)
-	ctx := testCtx(t)
-	ia := openIA(t, "max_handshakes=2", "req_timeout=10s")
-	l := listen(t, ia, driver.ListenConfig{})
-	a := dialRaw(t, l.Addr())
-	waitHandshakes(t, l, 1)
-	b := dialRaw(t, l.Addr())
-	waitHandshakes(t, l, 2)
-	dialRaw(t, l.Addr()) // c: a goes
-	expectDropped(t, a, testTimeout)
-	waitHandshakes(t, l, 2) // b and c
+	for _, withFallback := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fallback=%v", withFallback), func(t *testing.T) {
+			leakCheck(t)
+			ctx := testCtx(t)
+			fb := newFallbackSink(t)
+			ia := openIA(t, "max_handshakes=2", "req_timeout=10s", "fallback_wait=10s")
+			cfg := driver.ListenConfig{}
+			if withFallback {
+				cfg.Fallback = fb.fn
+			}
+			l := listen(t, ia, cfg)
+			a := dialRaw(t, l.Addr())
+			waitHandshakes(t, l, 1)
+			b := dialRaw(t, l.Addr())
+			waitHandshakes(t, l, 2)
+			dialRaw(t, l.Addr()) // c: a goes
+			expectDropped(t, a, testTimeout)
+			waitHandshakes(t, l, 2) // b and c
+			dialRaw(t, l.Addr()) // d: b goes
+			expectDropped(t, b, testTimeout)
+			waitHandshakes(t, l, 2) // c and d
 
-	// A real initiator gets in and b, now the oldest, goes.
-	q := newQP(t, ia, defaultQPConfig, nil)
-	resp := newQP(t, ia, defaultQPConfig, nil)
-	ch := connectAsync(ctx, q, l.Addr(), nil)
-	if _, err := accept(t, ctx, l).Accept(ctx, resp, nil); err != nil {
-		t.Fatal(err)
-	}
-	if res := waitConnect(t, ch); res.err != nil {
-		t.Fatal(res.err)
-	}
-	expectDropped(t, b, testTimeout)
-	if got := iwarp.ListenerCounts(l); got.Evicted != 2 || got.Refused != 0 {
-		t.Fatalf("counts %+v, want 2 evicted, 0 refused", got)
+			// A real initiator gets in (taking c's place if its Request
+			// was not there yet when the listener took it).
+			q := newQP(t, ia, defaultQPConfig, nil)
+			resp := newQP(t, ia, defaultQPConfig, nil)
+			ch := connectAsync(ctx, q, l.Addr(), nil)
+			if _, err := accept(t, ctx, l).Accept(ctx, resp, nil); err != nil {
+				t.Fatal(err)
+			}
+			if res := waitConnect(t, ch); res.err != nil {
+				t.Fatal(res.err)
+			}
+			if got := iwarp.ListenerCounts(l); got.Evicted < 2 || got.Refused != 0 || got.Fallback != 0 {
+				t.Fatalf("counts %+v, want 2 or 3 evicted, 0 refused, 0 fallbacks", got)
+			}
+		})
 	}
 }
 

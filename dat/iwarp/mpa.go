@@ -69,8 +69,8 @@ func matchKey(r io.Reader, kind wire.MPAKind, key []byte, n int) (int, error) {
 	}
 }
 
-// readMPA reads one MPA frame of the given kind from r. It reads exactly
-// the 20-byte header and then exactly PD_Length bytes and nothing more:
+// An MPA frame is read in two steps, matchKey and readMPARest. They read
+// exactly the 20-byte header and then exactly PD_Length bytes and nothing more:
 // bytes behind the frame belong to the FPDU stream (and from siw there
 // must be none before the other side answered). Bytes that are not the
 // frame's key fail it at once (see matchKey). Frames with a PD_Length over
@@ -80,15 +80,7 @@ func matchKey(r io.Reader, kind wire.MPAKind, key []byte, n int) (int, error) {
 // (siw_proc_mpareq): with revision < 2 the flag is ignored; with revision 2
 // but fewer than 4 bytes of private data the frame is returned without E
 // and shortV2 set, and the caller refuses it with a reject Reply.
-func readMPA(r io.Reader, kind wire.MPAKind) (f wire.MPAFrame, shortV2 bool, err error) {
-	var hdr [wire.MPAHeaderLen]byte
-	if _, err := matchKey(r, kind, hdr[:wire.MPAKeyLen], 0); err != nil {
-		return f, false, err
-	}
-	return readMPARest(r, kind, &hdr)
-}
-
-// readMPARest completes readMPA once hdr holds the frame's key.
+// readMPARest reads the rest of a frame once hdr holds its key (see above).
 func readMPARest(r io.Reader, kind wire.MPAKind, hdr *[wire.MPAHeaderLen]byte) (f wire.MPAFrame, shortV2 bool, err error) {
 	if _, err := io.ReadFull(r, hdr[wire.MPAKeyLen:]); err != nil {
 		if errors.Is(err, io.EOF) {

@@ -10,6 +10,15 @@ import (
 	"github.com/rdmanet/rdmanet/dat/iwarp/internal/wire"
 )
 
+// readMPA reads a whole frame as the handshake sides do.
+func readMPA(r io.Reader, kind wire.MPAKind) (f wire.MPAFrame, shortV2 bool, err error) {
+	var hdr [wire.MPAHeaderLen]byte
+	if _, err := matchKey(r, kind, hdr[:wire.MPAKeyLen], 0); err != nil {
+		return f, false, err
+	}
+	return readMPARest(r, kind, &hdr)
+}
+
 // chunkReader returns data in reads of at most n bytes, as a TCP stream
 // may cut it.
 type chunkReader struct {
