@@ -70,6 +70,10 @@ type EVD struct {
 	streams evdStreams
 }
 
+// napEvery is how many yields a spinning waiter makes between short
+// sleeps (see EVD.wait).
+const napEvery = 64
+
 // maxSpinBackoff bounds how many waits in a row sleep at once after spins
 // that did not pay; then a spin is tried again.
 const maxSpinBackoff = 64
@@ -384,6 +388,7 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 	}
 	var spinUntil time.Time
 	spinning := false // in the spin phase of this wait
+	spins := 0
 	var timer *time.Timer
 	var stopCtx func() bool
 	defer func() {
@@ -449,7 +454,20 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 		}
 		switch {
 		case policy.Mode == PollBusy || spinning:
-			runtime.Gosched()
+			spins++
+			if spins%napEvery == 0 {
+				// A goroutine that only yields keeps its processor: the
+				// scheduler polls the network only when it runs out of
+				// work, and steals from other processors' queues only
+				// then too. A provider whose completions come from
+				// goroutines woken by the network poller (iwarp) would
+				// starve: measured, two busy-polling processes on 2 cores
+				// stalled for seconds. A short sleep now and then lets
+				// the scheduler do both.
+				time.Sleep(time.Microsecond)
+			} else {
+				runtime.Gosched()
+			}
 		case e.cq != nil:
 			if done != nil && stopCtx == nil {
 				stopCtx = context.AfterFunc(ctx, e.cq.Interrupt)
