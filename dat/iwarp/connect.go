@@ -51,7 +51,9 @@ func (ia *IA) initiate(ctx, actx context.Context, raddr *net.TCPAddr, cfg driver
 	}
 	nc, err := d.DialContext(actx, "tcp", raddr.String())
 	if err != nil {
-		return nil, driver.ConnectResult{}, classify(ctx, actx, err, false, 0)
+		// A full listener's reset can come so quickly that the connect
+		// itself reports it.
+		return nil, driver.ConnectResult{}, classify(ctx, actx, refused(err), false, 0)
 	}
 	tc := nc.(*net.TCPConn)
 	_ = tc.SetNoDelay(true) // siw_tcp_nagle = false
