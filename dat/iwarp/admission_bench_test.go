@@ -64,7 +64,7 @@ func BenchmarkAdmissionFlood(b *testing.B) {
 		{silent: 0, garbage: 0},
 		{silent: 1000, garbage: 32},
 		{silent: 10000, garbage: 64},
-		{silent: 10000, garbage: 64, opts: []string{"max_handshakes=16384"}},
+		{silent: 10000, garbage: 64, opts: []string{"max_handshakes=1024"}},
 	} {
 		name := fmt.Sprintf("silent=%d/garbage=%d", bc.silent, bc.garbage)
 		for _, o := range bc.opts {

@@ -29,7 +29,7 @@
 //	backlog=N            listener backlog used when ListenConfig.Backlog is
 //	                     0 (default 4096).
 //	max_handshakes=N     TCP connections per listener in admission, their
-//	                     MPA Request not read yet (default 1024); a new
+//	                     MPA Request not read yet (default 16384); a new
 //	                     one beyond that resets the oldest (see Admission).
 //	req_timeout=DUR      how long a responder waits for the MPA Request
 //	                     after it took the TCP connection (default 1s; siw
@@ -106,7 +106,7 @@
 //     segment, skips the table below, so no flood can push it out; bytes
 //     no Request starts with are reset at once (or go to Fallback).
 //   - Anything else enters admission, a table of at most max_handshakes
-//     (1024) connections, with a goroutine each that reads the first
+//     (16384) connections, with a goroutine each that reads the first
 //     bytes. A connection that has not sent its whole Request within
 //     req_timeout (1s) is reset, as is one whose bytes stop matching the
 //     Request key ("MPA ID Req Frame") at the first byte that differs, or
@@ -114,7 +114,10 @@
 //     resets the oldest in the table, never itself: silent peers cannot
 //     keep a real initiator out, however many they open and however
 //     often they reopen, and the table's cost stays bounded (a goroutine,
-//     a timer and a socket each, about 7 KB).
+//     a timer and a socket each, about 7 KB, only while a flood lasts).
+//     If the process runs out of file descriptors (EMFILE) before the
+//     table is full, the oldest connection in admission is reset to free
+//     one, for the same reason.
 //   - At most backlog (4096) valid Requests wait for the consumer's
 //     decision. While that many do, a new connection is reset before
 //     anything is read from it (with Fallback: once its Request is read),
@@ -122,18 +125,18 @@
 //     syscall.ECONNREFUSED, like a port nobody listens on.
 //   - Every drop is a reset (SO_LINGER 0): no TIME_WAIT is left behind.
 //
-// Measured on loopback on two cores, the flood coming from another process
-// (BenchmarkAdmissionFlood): 1000 concurrent dials at a listener on
-// defaults all connect (none refused); legitimate dials take p50 0.2 ms /
-// p99 3 ms with no flood and p50 0.25 ms / p99 6 ms under 1000 silent
-// connections (reopened when dropped) and 32 garbage senders. Under 10,000
-// silent connections reopened the moment they are dropped, more than the
-// table holds, every dial still connects, but the dropped peers come
-// straight back faster than they can be dropped and keep the kernel's
-// accept queue full, so some dials wait in it or have their SYN dropped:
-// p50 0.5 ms, p99 0.4-0.5 s. A listener that must stay fast under floods
-// that large should hold more than the flood: max_handshakes=16384 gave
-// p50 0.4 ms and p99 20-150 ms at 10,000, for about 70 MB.
+// Measured on loopback on two shared cores, the flood coming from another
+// process (BenchmarkAdmissionFlood, 300 dials each; figures vary from run
+// to run on a shared machine): 1000 concurrent dials at a listener on
+// defaults all connect, none refused. Legitimate dials take p50 0.2 ms /
+// p99 0.7-3 ms with no flood; p50 0.4 ms / p99 3-6 ms under 1000 silent
+// connections (reopened when dropped) and 32 garbage senders; p50 0.35-0.4
+// ms / p99 7-150 ms under 10,000 silent connections reopened the moment
+// they are dropped and 64 garbage senders, for about 75 MB. Every dial
+// connects. The size of the table matters: with max_handshakes=1024 the
+// same 10,000 come back faster than they can be dropped and keep the
+// kernel's accept queue full, so dials wait in it or have their SYN
+// dropped (p50 0.5-140 ms, p99 0.4-1.5 s), although none fails.
 //
 // # Plain TCP on the same port
 //

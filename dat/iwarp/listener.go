@@ -223,8 +223,26 @@ func (l *Listener) acceptLoop() {
 				return
 			default:
 			}
-			// Out of file descriptors or similar: the listener itself is
-			// fine, so wait a little and go on (as net/http does).
+			// Out of file descriptors: the oldest connection in
+			// admission gives its descriptor to the newcomer, so a flood
+			// larger than the process may hold still cannot stall the
+			// accept queue.
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				l.mu.Lock()
+				victim := l.admitting.head
+				if victim != nil {
+					l.admitting.remove(victim)
+					victim.evicted = true
+					l.counts.evicted++
+				}
+				l.mu.Unlock()
+				if victim != nil {
+					resetClose(victim.tc)
+					continue
+				}
+			}
+			// Nothing to give up, or another error: the listener itself
+			// is fine, so wait a little and go on (as net/http does).
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 			t := time.NewTimer(backoff)
 			select {

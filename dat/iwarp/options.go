@@ -20,11 +20,14 @@ const (
 	DefaultBacklog = 4096
 	// DefaultMaxHandshakes bounds the TCP connections per listener that
 	// are still in admission (their MPA Request not read yet). When the
-	// table is full the oldest of them is reset to make room: 1024 is
-	// deep enough for a legitimate burst to be read before it ages out
-	// even while a flood churns the table, and costs at most 1024
-	// goroutines and file descriptors.
-	DefaultMaxHandshakes = 1024
+	// table is full the oldest of them is reset to make room. A flood
+	// of more connections than the table holds, reopened as fast as they
+	// are dropped, keeps the kernel's accept queue full and delays real
+	// dials; one it holds does not. 16384 holds a flood of 10,000 for
+	// about 7 KB each (a goroutine, a timer, a socket) while it lasts,
+	// nothing otherwise; if the process runs out of file descriptors
+	// first, the oldest connection in admission gives up its own.
+	DefaultMaxHandshakes = 16384
 	// DefaultRequestTimeout is how long a responder waits for the MPA
 	// Request after it took the TCP connection. A real initiator sends
 	// it with the connection's first segment; a peer still silent after
