@@ -51,6 +51,9 @@ type devLimits struct {
 	// window's own range, so windows are bound over an exact-range
 	// registration of their own (window.go).
 	windowBoundsByRegion bool
+	// silentErrors: the device moves a QP to the error state on a
+	// remote access violation without an async event (errorWatch).
+	silentErrors bool
 }
 
 // rxeVendorID is the vendor_id of the kernel's soft-RoCE driver (rxe).
@@ -112,6 +115,7 @@ func queryAttr(ctx *C.struct_ibv_context, port uint8) (driver.IAAttr, devLimits,
 	// window's key lands anywhere in the window's region, even wholly
 	// outside the window (the responder checks the region's range only).
 	lim.windowBoundsByRegion = lim.windows && da.vendor_id == rxeVendorID
+	lim.silentErrors = da.vendor_id == rxeVendorID
 	return a, lim, nil
 }
 

@@ -15,18 +15,17 @@ import (
 )
 
 // drainTimeout bounds how long quiesce waits for the device to flush what
-// is posted once the QP is in the error state. rxe flushes from a kernel
-// tasklet at once; siw sometimes never completes a request posted to a
-// QP already in the error state, and then the ibv_qp is destroyed anyway.
-// A variable so that tests can shorten it.
+// is posted once the QP is in the error state. Both rxe and siw flush at
+// the transition; what they never complete is a request posted after the
+// device itself moved the QP to the error state (see drain), and then
+// the ibv_qp is destroyed anyway. A variable so that tests can shorten it.
 var drainTimeout = 2 * time.Second
 
 // Room kept in the ibv_qp beyond the configured depths: the send queue
-// takes one window bind (binds are serialised, bindMu) and one drain
-// marker, the receive queue one drain marker.
+// takes one window bind (binds are serialised, bindMu).
 const (
-	extraSendWR = 2
-	extraRecvWR = 1
+	extraSendWR = 1
+	extraRecvWR = 0
 )
 
 // newConnID creates an rdma_cm id on the IA's channel whose events go to q.
@@ -104,12 +103,14 @@ func (q *QP) createVerbsQP(c *conn, cfg driver.QPConfig) (err error) {
 	pending := q.pending
 	q.pending = nil
 	for _, p := range pending {
-		wrid, idx := encodeWRID(p.id, true, &q.esc, wrEscRecv)
+		wrid, err := encodeWRID(p.id, true)
+		if err != nil {
+			return err
+		}
 		n := q.fillSGEs(p.sges)
+		q.recvPosted.Add(1)
 		if rc := C.shim_post_recv(qp, C.uint64_t(wrid), &q.sges[0], C.int(n)); rc != 0 {
-			if idx != 0 {
-				q.esc.drop(idx)
-			}
+			q.recvPosted.Add(^uint64(0))
 			return postError("ibv_post_recv", errnoOf(rc))
 		}
 	}
@@ -147,17 +148,16 @@ func (q *QP) fillSGEs(sges []driver.SGE) int {
 }
 
 // quiesce makes the connection quiescent, once; later callers wait for
-// the first. The QP goes to the error state, a drain marker is posted to
-// each of its queues, and the CQs are polled into their stashes until the
-// markers' flushes come back (bounded by drainTimeout): a queue completes
-// in order once in the error state, so everything posted before a marker
-// has completed by then. Then the ibv_qp is destroyed, after which the
-// device neither touches posted memory nor completes anything more, and
-// the CQs are polled once more, so that every completion it made for the
-// QP is in a stash or still in the CQ (some devices remove a destroyed
-// QP's entries from its CQ: hence the polling before). The rdma_cm id is
-// destroyed in the background (on iWARP that can wait for the peer); IA
-// Close waits for it.
+// the first. The QP goes to the error state, and the CQs are polled into
+// their stashes until every request posted to the device has completed
+// (the counts in QP), bounded by drainTimeout: the error state makes the
+// device flush what it had not finished. Then the ibv_qp is destroyed,
+// after which the device neither touches posted memory nor completes
+// anything more, and the CQs are polled once more, so that every
+// completion it made for the QP is in a stash or still in the CQ (some
+// devices remove a destroyed QP's entries from its CQ: hence the polling
+// before). The rdma_cm id is destroyed in the background (on iWARP that
+// can wait for the peer); IA Close waits for it.
 func (q *QP) quiesce(c *conn) {
 	c.quiesceOnce.Do(func() {
 		defer close(c.quiesced)
@@ -169,7 +169,7 @@ func (q *QP) quiesce(c *conn) {
 		q.mu.Unlock()
 		if qp != nil {
 			C.shim_qp_to_error(qp)
-			q.drainMarkers(c, qp)
+			q.drain(c)
 			q.destroyVerbsQP(c)
 		}
 		if c.private != nil {
@@ -185,29 +185,40 @@ func (q *QP) quiesce(c *conn) {
 	<-c.quiesced
 }
 
-// drainMarkers posts the drain markers and polls until their flushes come
-// back or drainTimeout passes. A QP on an SRQ has no receive queue of its
-// own to mark: SRQ receives are not flushed by a QP's error state, and
-// destroying the QP ends whatever it was receiving.
-func (q *QP) drainMarkers(c *conn, qp *C.struct_ibv_qp) {
-	q.marked[0].Store(false)
-	q.marked[1].Store(false)
-	wantSend := C.shim_post_send(qp, C.uint64_t(wrHandleOf(wrMarkSend, 0)), C.IBV_WR_SEND, C.IBV_SEND_SIGNALED, nil, 0, 0, 0) == 0
-	if wantSend {
-		q.sendPosted.Add(1)
-	}
-	wantRecv := q.srq == nil && C.shim_post_recv(qp, C.uint64_t(wrHandleOf(wrMarkRecv, 0)), nil, 0) == 0
-	deadline := time.Now().Add(drainTimeout)
+// drain polls the QP's CQs until every request posted to the device has
+// completed, or drainTimeout passes. Nothing is posted meanwhile: the QP
+// left the connected state before quiesce began.
+//
+// It counts rather than posting a marker behind the requests and waiting
+// for its flush: rxe and siw take a post from user space into a ring the
+// kernel reads only when told (siw: on no post at all; rxe: on a send,
+// not on a receive), and a QP in the error state is flushed only on the
+// transition, so a marker posted after it is never completed, and one
+// posted before it could be consumed by a peer's Send. Requests posted
+// before the transition are flushed by it.
+//
+// A QP on an SRQ has no receive queue of its own to count: SRQ receives
+// are not flushed by a QP's error state, and destroying the QP ends
+// whatever it was receiving.
+func (q *QP) drain(c *conn) {
+	start := time.Now()
+	deadline := start.Add(drainTimeout)
 	for pause := 20 * time.Microsecond; ; pause = min(2*pause, 5*time.Millisecond) {
 		c.scq.collect()
 		if c.rcq != c.scq {
 			c.rcq.collect()
 		}
-		if (!wantSend || q.marked[0].Load()) && (!wantRecv || q.marked[1].Load()) {
+		sendLeft := q.sendPosted.Load() - q.sendDone.Load()
+		recvLeft := q.recvPosted.Load() - q.recvDone.Load()
+		if sendLeft == 0 && recvLeft == 0 {
+			q.ia.logf("QP %d: drained in %v", c.qpNum, time.Since(start))
 			return
 		}
 		if time.Now().After(deadline) {
-			q.ia.logf("QP %d: drain markers not flushed within %v (send %v, recv %v); destroying it", c.qpNum, drainTimeout, q.marked[0].Load(), q.marked[1].Load())
+			// Posted to a QP the device had already moved to the
+			// error state (a peer's TERMINATE, an access error): such
+			// requests never complete, and package dat flushes them.
+			q.ia.logf("QP %d: %d send-side and %d receive requests not flushed within %v; destroying it", c.qpNum, sendLeft, recvLeft, drainTimeout)
 			return
 		}
 		time.Sleep(pause)
@@ -251,5 +262,4 @@ func (q *QP) destroyVerbsQP(c *conn) {
 	if bw := q.bind.Load(); bw != nil {
 		bw.finish(wcFlushErr)
 	}
-	q.esc.reset()
 }

@@ -86,6 +86,8 @@ func (q *QP) finish(a *attempt, res *driver.ConnectResult, err error) error {
 		q.mu.Unlock()
 		if end {
 			go q.lost(lostErr)
+		} else {
+			q.ia.watch.add(q)
 		}
 		return nil
 	}

@@ -12,48 +12,6 @@ import (
 	"github.com/rdmanet/rdmanet/dat/driver"
 )
 
-// TestConnectPrivateData connects two IAs on one address with private data
-// of the transport's maximum size in both directions, and a short one.
-func TestConnectPrivateData(t *testing.T) {
-	forEachDevice(t, func(t *testing.T, d testDev) {
-		max := openTestIA(t, d).Attr().MaxPrivateData
-		for _, n := range []int{max, 5, 0} {
-			c, s := newEnd(t, d), newEnd(t, d)
-			reqPD, repPD := pattern(n, 1), pattern(n, 100)
-			l := listenOn(t, s.ia, driver.ListenConfig{})
-			done := serve(t, l, s, repPD)
-			res, err := c.qp.Connect(testCtx(t), l.Addr(), reqPD)
-			if err != nil {
-				t.Fatalf("%d bytes: connect: %v", n, err)
-			}
-			a := <-done
-			if a.err != nil {
-				t.Fatalf("%d bytes: accept: %v", n, a.err)
-			}
-			info := a.req.Info()
-			wantPD(t, d, "request", info.PrivateData, reqPD)
-			wantPD(t, d, "accept", res.PrivateData, repPD)
-			if cfg := defaultQPConfig(nil); info.IRD != cfg.IRD || info.ORD != cfg.ORD {
-				t.Errorf("request IRD/ORD %d/%d, want the initiator's %d/%d", info.IRD, info.ORD, cfg.IRD, cfg.ORD)
-			}
-			cl, cr := res.Local, res.Remote
-			sl, sr := a.res.Local, a.res.Remote
-			if cl == nil || cr == nil || sl == nil || sr == nil {
-				t.Fatalf("addresses: client %v %v, server %v %v", cl, cr, sl, sr)
-			}
-			if cr.String() != l.Addr().String() || cl.String() != sr.String() || sl.String() != cr.String() {
-				t.Errorf("addresses: client %v->%v, server %v->%v, listener %v", cl, cr, sl, sr, l.Addr())
-			}
-			if info.Remote.String() != cl.String() || info.Local.String() != sl.String() {
-				t.Errorf("request from %v to %v, connection %v->%v", info.Remote, info.Local, cl, sl)
-			}
-			if err := c.qp.Disconnect(false); err != nil {
-				t.Fatal(err)
-			}
-		}
-	})
-}
-
 func TestPrivateDataTooLong(t *testing.T) {
 	forEachDevice(t, func(t *testing.T, d testDev) {
 		c, s := newEnd(t, d), newEnd(t, d)
@@ -89,33 +47,6 @@ func TestPrivateDataTooLong(t *testing.T) {
 		if err := req.Reject(nil); err == nil {
 			t.Error("reject of an accepted request succeeded")
 		}
-	})
-}
-
-func TestReject(t *testing.T) {
-	forEachDevice(t, func(t *testing.T, d testDev) {
-		c, s := newEnd(t, d), newEnd(t, d)
-		l := listenOn(t, s.ia, driver.ListenConfig{})
-		pd := pattern(c.ia.Attr().MaxPrivateData, 42)
-		go func() {
-			req, err := l.Accept(testCtx(t))
-			if err == nil {
-				req.Reject(pd)
-			}
-		}()
-		_, err := c.qp.Connect(testCtx(t), l.Addr(), []byte("hello"))
-		rej, ok := isReject(err)
-		if !ok {
-			t.Fatalf("connect: %v, want a *driver.RejectError", err)
-		}
-		wantPD(t, d, "reject", rej.PrivateData, pd)
-		// A QP connects once: a failed attempt leaves it unusable, and
-		// a fresh one connects.
-		if _, err := c.qp.Connect(testCtx(t), l.Addr(), nil); !errors.Is(err, driver.ErrNotConnected) {
-			t.Fatalf("second connect of a QP: %v, want ErrNotConnected", err)
-		}
-		c.renew(t, defaultQPConfig(c.dpd))
-		connectPair(t, c, s)
 	})
 }
 
@@ -208,37 +139,6 @@ func waitPending(t *testing.T, l *Listener, n int) {
 		}
 	}
 	t.Fatalf("listener never had %d pending requests", n)
-}
-
-func TestConnectDeadline(t *testing.T) {
-	forEachDevice(t, func(t *testing.T, d testDev) {
-		c, s := newEnd(t, d), newEnd(t, d)
-		l := listenOn(t, s.ia, driver.ListenConfig{}) // never accepts
-		c.postRecv(t, 1, 0, 64)
-		ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
-		defer cancel()
-		start := time.Now()
-		_, err := c.qp.Connect(ctx, l.Addr(), nil)
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("connect: %v, want DeadlineExceeded", err)
-		}
-		if el := time.Since(start); el > 5*time.Second {
-			t.Errorf("deadline reported after %v", el)
-		}
-		// The receive posted before the attempt was on the device; once
-		// Close returns, the device is done with it and whatever it
-		// completed is there to poll (package dat flushes the rest).
-		l.Close()
-		if err := c.qp.Close(); err != nil {
-			t.Fatal(err)
-		}
-		c.h.poll()
-		for _, cp := range c.h.got {
-			if cp.WRID != 1 || cp.Status != driver.StatusFlushed || cp.QPTag != c.tag || cp.Op != driver.OpRecv {
-				t.Errorf("completion after a failed connect: %+v, want receive 1 flushed", cp)
-			}
-		}
-	})
 }
 
 // TestDisconnectAbortsConnect aborts an establishment in progress.

@@ -315,13 +315,13 @@ func (c *CQ) Wait(deadline time.Time) error {
 		return C.shim_take_cq_events(c.comp) > 0
 	})
 	c.interrupted.Store(false)
-	switch {
-	case err == nil, errors.Is(err, os.ErrDeadlineExceeded):
+	if err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		return nil
-	case errors.Is(err, os.ErrClosed):
-		return fmt.Errorf("verbs: CQ wait: %w", net.ErrClosed)
 	}
-	return fmt.Errorf("verbs: CQ wait: %w", err)
+	// Nothing but Close ends the Read otherwise: RawConn.Read reports the
+	// file closed under it as internal/poll's "use of closed file", which
+	// is not os.ErrClosed.
+	return fmt.Errorf("verbs: CQ wait: %v: %w", err, net.ErrClosed)
 }
 
 // Interrupt makes the current or next Wait return.
@@ -364,7 +364,9 @@ func (c *CQ) mapLocked(w wcRec) (driver.Completion, bool) {
 	}
 	comp, ok := q.mapWC(w)
 	if w.status != wcSuccess && w.status != wcFlushErr {
-		go q.lost(fmt.Errorf("verbs: connection broken: work request failed: %s", wcStatusString(w.status)))
+		err := fmt.Errorf("verbs: connection broken: work request failed: %s", wcStatusString(w.status))
+		q.noteFault(err)
+		go q.lost(err)
 	}
 	return comp, ok
 }
@@ -372,49 +374,34 @@ func (c *CQ) mapLocked(w wcRec) (driver.Completion, bool) {
 // mapWC maps one of q's work completions (see wrid.go for the wr_id).
 func (q *QP) mapWC(w wcRec) (driver.Completion, bool) {
 	id := w.wrID
-	recv := id&wrRecvBit != 0
 	if id&wrHandle != 0 {
-		idx := id & wrIdxMask
-		var ok bool
-		switch wrKind(id) {
-		case wrEscSend:
-			id, ok = q.esc.take(idx)
-		case wrEscRecv:
-			id, ok = q.esc.take(idx)
-			recv = true
-		case wrEscSRQ:
-			if q.srq != nil {
-				id, ok = q.srq.esc.take(idx)
-			}
-			recv = true
-		case wrMarkSend:
-			q.marked[0].Store(true)
+		if wrKind(id) == wrBind {
 			q.sendDone.Add(1)
-			return driver.Completion{}, false
-		case wrMarkRecv:
-			q.marked[1].Store(true)
-			return driver.Completion{}, false
-		case wrBind:
-			q.sendDone.Add(1)
-			q.bindDone(idx, w.status)
-			return driver.Completion{}, false
+			q.bindDone(id&wrIdxMask, w.status)
 		}
-		if !ok {
-			return driver.Completion{}, false
-		}
-	} else {
-		id &= wrIDMask
+		return driver.Completion{}, false
 	}
-	comp := driver.Completion{WRID: id, QPTag: q.tag, Status: wcStatus(w.status)}
+	recv := id&wrRecvBit != 0
+	id &= wrIDMask
 	if recv {
-		comp.Op = driver.OpRecv
 		if q.srq != nil {
 			q.srq.posted.Add(-1)
+		} else {
+			q.recvDone.Add(1)
 		}
 	} else {
 		q.sendDone.Add(1)
-		comp.Op = driver.OpSend // the device names no opcode on errors; package dat knows it
 	}
+	if w.status == wcFlushErr {
+		// The request was not finished: the provider drops it, and
+		// package dat completes it as flushed once the connection's
+		// end is reported.
+		return driver.Completion{}, false
+	}
+	comp := driver.Completion{WRID: id, QPTag: q.tag, Status: wcStatus(w.status), Op: driver.OpSend}
+	if recv {
+		comp.Op = driver.OpRecv
+	} // else: the device names no opcode on errors; package dat knows it
 	if w.status == wcSuccess {
 		comp.Length = w.byteLen
 		switch w.opcode {

@@ -33,68 +33,70 @@ func feed(c *CQ, w wcRec) {
 }
 
 // A dat ID comes back unchanged with the QP's tag, on the right queue
-// even for a flushed completion, which has no opcode; send-side
-// completions count towards the graceful drain.
+// even for a failed completion, which has no opcode; a flushed one is
+// dropped (package dat flushes what the provider did not finish); all
+// count towards the drain.
 func TestMapDatIDs(t *testing.T) {
 	q := &QP{tag: 7}
 	c, _ := hostCQ(q)
-	send, _ := encodeWRID(41, false, &q.esc, wrEscSend)
-	recv, _ := encodeWRID(41, true, &q.esc, wrEscRecv)
+	send, err := encodeWRID(41, false)
+	require.NoError(t, err)
+	recv, err := encodeWRID(41, true)
+	require.NoError(t, err)
 	require.NotEqual(t, send, recv, "one ID on both queues must stay two wr_ids")
 	feed(c, wcRec{wrID: send, status: wcSuccess, opcode: wcOpRDMARead, byteLen: 9, qpNum: 100})
-	feed(c, wcRec{wrID: recv, status: wcFlushErr, opcode: 0xff, qpNum: 100})
+	feed(c, wcRec{wrID: recv, status: wcRemAccess, opcode: 0xff, qpNum: 100})
 	feed(c, wcRec{wrID: recv, status: wcSuccess, opcode: wcOpRecv, byteLen: 5, qpNum: 100})
+	feed(c, wcRec{wrID: send, status: wcFlushErr, opcode: 0xff, qpNum: 100})
+	feed(c, wcRec{wrID: recv, status: wcFlushErr, opcode: 0xff, qpNum: 100})
 	var dst [8]driver.Completion
 	require.Equal(t, 3, c.Poll(dst[:]))
 	require.Equal(t, []driver.Completion{
 		{WRID: 41, QPTag: 7, Op: driver.OpRDMARead, Length: 9},
-		{WRID: 41, QPTag: 7, Op: driver.OpRecv, Status: driver.StatusFlushed},
+		{WRID: 41, QPTag: 7, Op: driver.OpRecv, Status: driver.StatusRemoteAccess},
 		{WRID: 41, QPTag: 7, Op: driver.OpRecv, Length: 5, Solicited: true},
 	}, dst[:3])
-	require.EqualValues(t, 1, q.sendDone.Load())
+	require.EqualValues(t, 2, q.sendDone.Load())
+	require.EqualValues(t, 3, q.recvDone.Load(), "receive completions count towards the drain")
 }
 
-// IDs that do not fit a plain wr_id go through the QP's table and come
-// back intact; the table empties as they complete.
-func TestMapEscapedIDs(t *testing.T) {
+// The largest ID package dat may use comes back intact on both queues;
+// one beyond it is refused at posting rather than mistaken for a
+// provider request or a receive.
+func TestWRIDLimit(t *testing.T) {
 	q := &QP{tag: 3}
 	c, _ := hostCQ(q)
-	ids := []uint64{math.MaxUint64, 1 << 62, wrHandleOf(wrMarkSend, 0), wrHandleOf(wrBind, 1)}
-	var wrids []uint64
-	for _, id := range ids {
-		w, idx := encodeWRID(id, false, &q.esc, wrEscSend)
-		require.NotZero(t, idx)
-		require.Equal(t, uint64(wrEscSend), wrKind(w))
-		wrids = append(wrids, w)
+	top := uint64(driver.MaxWRID - 1)
+	send, err := encodeWRID(top, false)
+	require.NoError(t, err)
+	recv, err := encodeWRID(top, true)
+	require.NoError(t, err)
+	feed(c, wcRec{wrID: send, status: wcSuccess, opcode: wcOpSend, qpNum: 100})
+	feed(c, wcRec{wrID: recv, status: wcSuccess, opcode: wcOpRecv, qpNum: 100})
+	var dst [4]driver.Completion
+	require.Equal(t, 2, c.Poll(dst[:]))
+	require.Equal(t, driver.Completion{WRID: top, QPTag: 3, Op: driver.OpSend}, dst[0])
+	require.Equal(t, driver.Completion{WRID: top, QPTag: 3, Op: driver.OpRecv, Solicited: true}, dst[1])
+	for _, id := range []uint64{driver.MaxWRID, math.MaxUint64, wrHandleOf(wrBind, 1)} {
+		_, err := encodeWRID(id, false)
+		require.Error(t, err, "ID %#x", id)
+		_, err = encodeWRID(id, true)
+		require.Error(t, err, "ID %#x", id)
 	}
-	require.Equal(t, len(ids), q.esc.len())
-	for _, w := range wrids {
-		feed(c, wcRec{wrID: w, status: wcFlushErr, qpNum: 100})
-	}
-	var dst [8]driver.Completion
-	require.Equal(t, len(ids), c.Poll(dst[:]))
-	for i, id := range ids {
-		require.Equal(t, driver.Completion{WRID: id, QPTag: 3, Op: driver.OpSend, Status: driver.StatusFlushed}, dst[i])
-	}
-	require.Zero(t, q.esc.len())
 }
 
-// Drain markers and binds are the provider's: they set their flags and
-// never reach package dat, even when a dat request carries the same
-// number; completions of QPs no longer on the CQ are dropped.
+// Binds are the provider's: they reach their waiter and never package
+// dat, even when a dat request carries the same number; completions of
+// QPs no longer on the CQ are dropped.
 func TestMapFiltersProviderRequests(t *testing.T) {
 	q := &QP{tag: 5}
 	bw := &bindWait{seq: 2, done: make(chan struct{})}
 	q.bind.Store(bw)
 	c, _ := hostCQ(q)
-	feed(c, wcRec{wrID: 0, status: wcFlushErr, qpNum: 100})                              // dat's ID 0
-	feed(c, wcRec{wrID: wrHandleOf(wrMarkSend, 0), status: wcFlushErr, qpNum: 100})      // marker
+	feed(c, wcRec{wrID: 1, status: wcSuccess, opcode: wcOpSend, qpNum: 100})             // dat's ID 1
 	feed(c, wcRec{wrID: wrHandleOf(wrBind, 1), status: wcSuccess, qpNum: 100})           // a stale bind
 	feed(c, wcRec{wrID: wrHandleOf(wrBind, 2), status: wcRemAccess, qpNum: 100})         // the bind
-	feed(c, wcRec{wrID: wrHandleOf(wrMarkRecv, 0), status: wcFlushErr, qpNum: 100})      // marker
 	feed(c, wcRec{wrID: 2 | wrRecvBit, status: wcSuccess, opcode: wcOpRecv, qpNum: 101}) // no such QP
-	require.True(t, q.marked[0].Load())
-	require.True(t, q.marked[1].Load())
 	select {
 	case <-bw.done:
 		require.EqualValues(t, wcRemAccess, bw.status)
@@ -103,27 +105,29 @@ func TestMapFiltersProviderRequests(t *testing.T) {
 	}
 	var dst [8]driver.Completion
 	require.Equal(t, 1, c.Poll(dst[:]))
-	require.Equal(t, driver.Completion{WRID: 0, QPTag: 5, Op: driver.OpSend, Status: driver.StatusFlushed}, dst[0])
-	require.EqualValues(t, 4, q.sendDone.Load(), "dat's request, the send marker and both binds")
+	require.Equal(t, driver.Completion{WRID: 1, QPTag: 5, Op: driver.OpSend}, dst[0])
+	require.EqualValues(t, 3, q.sendDone.Load(), "dat's request and both binds")
 }
 
-// SRQ receives take the consuming QP's tag, their IDs from the SRQ's
-// table when escaped, and count down the SRQ's posted receives.
+// SRQ receives take the consuming QP's tag and count down the SRQ's
+// posted receives, not the QP's own receive queue.
 func TestMapSRQ(t *testing.T) {
 	s := &SRQ{}
 	a, b := &QP{tag: 1, srq: s}, &QP{tag: 2, srq: s}
 	c, _ := hostCQ(a, b)
-	w1, _ := encodeWRID(10, true, &s.esc, wrEscSRQ)
-	w2, _ := encodeWRID(math.MaxUint64, true, &s.esc, wrEscSRQ)
+	w1, err := encodeWRID(10, true)
+	require.NoError(t, err)
+	w2, err := encodeWRID(driver.MaxWRID-1, true)
+	require.NoError(t, err)
 	s.posted.Store(2)
 	feed(c, wcRec{wrID: w1, status: wcSuccess, opcode: wcOpRecv, byteLen: 3, qpNum: 101})
 	feed(c, wcRec{wrID: w2, status: wcSuccess, opcode: wcOpRecv, byteLen: 4, qpNum: 100})
 	var dst [4]driver.Completion
 	require.Equal(t, 2, c.Poll(dst[:]))
 	require.Equal(t, driver.Completion{WRID: 10, QPTag: 2, Op: driver.OpRecv, Length: 3, Solicited: true}, dst[0])
-	require.Equal(t, driver.Completion{WRID: math.MaxUint64, QPTag: 1, Op: driver.OpRecv, Length: 4, Solicited: true}, dst[1])
+	require.Equal(t, driver.Completion{WRID: driver.MaxWRID - 1, QPTag: 1, Op: driver.OpRecv, Length: 4, Solicited: true}, dst[1])
 	require.Zero(t, s.Posted())
-	require.Zero(t, s.esc.len())
+	require.Zero(t, a.recvDone.Load()+b.recvDone.Load())
 }
 
 // Poll hands out the stash oldest first, in pieces as small as dst.

@@ -91,23 +91,23 @@
 // dat's ID alone and are encoded in the wr_id the device carries (see
 // wrid.go): the queue, because dat picks it by the Completion's Op and a
 // failed or flushed verbs completion has no opcode (Op is then OpRecv or
-// OpSend), and whether the request is the provider's own (a drain marker,
-// a window bind), whose completions never reach dat. A dat ID that does
-// not fit in 62 bits goes through a table of the QP, so no dat ID can be
-// taken for a provider request, whatever dat chooses.
+// OpSend), and whether the request is the provider's own (a window bind),
+// whose completions never reach dat. Package dat keeps its IDs below
+// driver.MaxWRID, so both fit in the top two bits.
 //
 // Every send-side request is posted signalled (sq_sig_all): package dat
 // takes the completion of a request it posted unsignalled like any other,
 // and a graceful disconnect counts completions against posts to know the
-// send queue has drained. Length is the device's byte_len: the message
+// send queue has drained. Flushed completions (IBV_WC_WR_FLUSH_ERR) are
+// counted and dropped: what the device did not finish, package dat
+// completes as flushed itself. Length is the device's byte_len: the message
 // length for receives, the request's length on the send side as rxe and
 // siw report it.
 //
 // A CQ never loses a completion: each QP attached reserves its queue
-// depths (plus the provider's own requests: a bind and a marker on the
-// send queue, a marker on the receive queue; for an SRQ the SRQ's whole
-// depth), and the ibv_cq grows with ibv_resize_cq when they exceed it.
-// siw cannot resize a CQ, so there every CQ is made with 4096 entries
+// depths (plus a window bind on the send queue; for an SRQ the SRQ's
+// whole depth), and the ibv_cq grows with ibv_resize_cq when they exceed
+// it. siw cannot resize a CQ, so there every CQ is made with 4096 entries
 // (or the device's maximum) up front and a QP beyond that is refused with
 // ErrResources.
 //
@@ -116,27 +116,36 @@
 // Disconnect and Close return, and OnDisconnect is called, only once the
 // QP is quiescent: the device touches no posted memory and every
 // completion it made for the QP can be polled. The QP goes to the error
-// state, a drain marker is posted to each of its queues, and the CQs are
-// polled into a stash, which Poll returns before the device's queue,
-// until both markers' flushes came back: a queue in the error state
-// completes in order, so everything before a marker has completed by
-// then. The wait is bounded (2 s; siw sometimes never completes a request
-// posted to a QP in the error state). Then the QP is destroyed, with the
-// CQs locked and polled before and after (some devices drop a destroyed
-// QP's entries from its CQ, and its number may be reused at once), after
-// which the device produces nothing more for it. Flushes of dat's requests
-// reach dat like other completions; dat ignores those of requests it
-// flushed itself. Receives posted before the QP existed, and posts after
-// the connection ended, never reach the device: they are dropped, for dat
-// to flush. The rdma_cm id is destroyed in the background afterwards
-// (below); IA.Close waits for that.
+// state, which makes the device flush what it had not finished, and the
+// CQs are polled into a stash, which Poll returns before the device's
+// queue, until every request posted to the device has completed (counted
+// per queue). Drain markers posted behind the requests would not do: rxe
+// and siw read a ring written from user space only when told, and flush
+// only on the transition to the error state, so a marker posted after it
+// never completes. The wait is bounded (2 s), for requests posted after
+// the device itself moved the QP to the error state, which never
+// complete (measured under TCG: a close drains in well under a
+// millisecond on both devices otherwise). Then the QP is destroyed, with
+// the CQs locked and polled before and after (some devices drop a
+// destroyed QP's entries from its CQ, and its number may be reused at
+// once), after which the device produces nothing more for it. Receives
+// posted before the QP existed, and posts after the connection ended,
+// never reach the device: they are dropped, for dat to flush. The rdma_cm
+// id is destroyed in the background afterwards (below); IA.Close waits
+// for that.
 //
 // A failed request (not a flush) on an established connection means the
 // device moved the QP to the error state: the connection is reported
 // broken (OnDisconnect(err), from a goroutine of the provider, never from
 // inside Poll) and rdma_disconnect tells the peer. The peer's disconnect
 // (DISCONNECTED) is reported as OnDisconnect(nil), or as broken if the
-// QP is found in the error state then.
+// QP is found in the error state then, or if an error was seen first (an
+// async QP event or a failed completion whose report had not run yet).
+// rxe raises no async event when it refuses a peer's access or gets the
+// NAK for one; it only moves both QPs to the error state. Since nobody
+// polls a CQ unless a consumer waits on it, an IA on rxe checks the state
+// of its connected QPs every 100 ms and reports one found in the error
+// state as broken (watch.go).
 //
 // # Outcomes of Connect
 //
@@ -202,9 +211,9 @@
 // # Not supported
 //
 // SharePort (rdma_cm cannot share a port between listeners) returns
-// driver.ErrNotSupported. A remote access error breaks the connection at the target (a QP async
-// event, or on rxe the QP found in the error state when DISCONNECTED
-// arrives). At an iWARP initiator kernel siw completes the RDMA Write
+// driver.ErrNotSupported. A remote access error breaks the connection at
+// the target (siw: a QP access error event; rxe: the QP found in the
+// error state). At an iWARP initiator kernel siw completes the RDMA Write
 // successfully and reports the target's TERMINATE as a plain DISCONNECTED
 // with no QP event, so that side sees DISCONNECTED rather than BROKEN.
 // Verbs work completions do not say whether a Send carried the solicited

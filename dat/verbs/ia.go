@@ -38,6 +38,9 @@ type IA struct {
 	cmMu    sync.Mutex
 	cmBatch []cmEvent // owned by the CM loop
 	cmLoop  *fdLoop
+	// watch looks for QPs the device broke silently (nil on devices
+	// that report it).
+	watch *errorWatch
 
 	// ids counts rdma_cm ids being destroyed in the background
 	// (QP.quiesce); the event channel outlives them.
@@ -85,6 +88,9 @@ func openIA(ip net.IP) (_ *IA, err error) {
 	if ia.dev, err = acquireDevice(ia.ctx); err != nil {
 		return nil, err
 	}
+	if ia.lim.silentErrors {
+		ia.watch = startErrorWatch()
+	}
 	if ia.cmLoop, err = startFDLoop(int(ch.fd), "rdma_cm events "+ip.String(), ia.fetchCM, ia.dispatchCM); err != nil {
 		return nil, err
 	}
@@ -94,6 +100,7 @@ func openIA(ip net.IP) (_ *IA, err error) {
 // release stops the loops and frees the C objects, in dependency order.
 func (ia *IA) release() {
 	ia.cmLoop.stop()
+	ia.watch.close()
 	if ia.dev != nil {
 		ia.dev.release()
 	}

@@ -40,12 +40,14 @@ func (q *QP) PostRecv(wr driver.RecvWR) error {
 		q.pending = append(q.pending, pendingRecv{id: wr.ID, sges: append([]driver.SGE(nil), wr.Local...)})
 		return nil
 	}
-	wrid, idx := encodeWRID(wr.ID, true, &q.esc, wrEscRecv)
+	wrid, err := encodeWRID(wr.ID, true)
+	if err != nil {
+		return err
+	}
 	n := q.fillSGEs(wr.Local)
+	q.recvPosted.Add(1)
 	if rc := C.shim_post_recv(c.qp, C.uint64_t(wrid), &q.sges[0], C.int(n)); rc != 0 {
-		if idx != 0 {
-			q.esc.drop(idx)
-		}
+		q.recvPosted.Add(^uint64(0))
 		return postError("ibv_post_recv", errnoOf(rc))
 	}
 	return nil
@@ -95,16 +97,16 @@ func (q *QP) PostSend(wr driver.SendWR) error {
 		// siw refuses it; say why instead.
 		return fmt.Errorf("verbs: post RDMA Read: the QP's ORD (max_rdma_read_out) is 0: %w", driver.ErrResources)
 	}
-	wrid, idx := encodeWRID(wr.ID, false, &q.esc, wrEscSend)
+	wrid, err := encodeWRID(wr.ID, false)
+	if err != nil {
+		return err
+	}
 	n := q.fillSGEs(wr.Local)
 	q.sendPosted.Add(1)
 	rc := C.shim_post_send(q.conn.qp, C.uint64_t(wrid), opcode, flags, &q.sges[0], C.int(n),
 		C.uint64_t(wr.Remote.Addr), C.uint32_t(wr.Remote.RKey))
 	if rc != 0 {
 		q.sendPosted.Add(^uint64(0))
-		if idx != 0 {
-			q.esc.drop(idx)
-		}
 		return postError("ibv_post_send", errnoOf(rc))
 	}
 	return nil

@@ -64,14 +64,19 @@ type QP struct {
 	// srq is the SRQ of the connection's ibv_qp, set before the QP is
 	// attached to its CQs and never changed after.
 	srq *SRQ
-	// esc holds the dat IDs that do not fit a wr_id as they are (wrid.go).
-	esc escapes
-	// marked records the drain markers' completions: [0] send, [1] receive.
-	marked [2]atomic.Bool
-	// sendPosted and sendDone count send-side work requests posted and
-	// completed (polled), so a graceful disconnect knows when the send
-	// queue has drained; every send-side request is signalled for it.
+	// sendPosted and sendDone count send-side work requests posted to
+	// the device and completed (polled), so a graceful disconnect knows
+	// when the send queue has drained and quiesce when the device has
+	// flushed it; every send-side request is signalled for it.
+	// recvPosted and recvDone do the same for the QP's own receive queue
+	// (not for receives from an SRQ).
 	sendPosted, sendDone atomic.Uint64
+	recvPosted, recvDone atomic.Uint64
+	// fault is the first error seen to break the connection (an async
+	// QP error, a failed work completion). lost reports it even when a
+	// clean DISCONNECTED won the race to end the connection: the
+	// goroutines that report the two run in no particular order.
+	fault atomic.Pointer[error]
 	// bindMu serialises window binds, so at most one is posted at a
 	// time; bind is that one's record.
 	bindMu  sync.Mutex
@@ -213,6 +218,7 @@ func (q *QP) Close() error {
 		q.ops.Wait()
 		q.quiesce(c)
 	}
+	q.ia.watch.remove(q)
 	unregister(q.key)
 	q.ia.forgetQP(q)
 	return nil
@@ -274,9 +280,11 @@ func (q *QP) connEventLocked(ev *cmEvent) (bool, error) {
 
 // asyncEvent receives the device's events for this QP.
 func (q *QP) asyncEvent(t C.enum_ibv_event_type) {
+	q.ia.logf("async event %s on QP key %d", asyncEventName(t), q.key)
 	switch t {
 	case C.IBV_EVENT_QP_FATAL, C.IBV_EVENT_QP_REQ_ERR, C.IBV_EVENT_QP_ACCESS_ERR:
 		err := fmt.Errorf("verbs: connection broken: %s", asyncEventName(t))
+		q.noteFault(err)
 		q.mu.Lock()
 		switch {
 		case q.state == qpConnected:
@@ -303,6 +311,9 @@ func (q *QP) lost(err error) {
 		q.mu.Unlock()
 		return
 	}
+	if f := q.fault.Load(); err == nil && f != nil {
+		err = *f
+	}
 	q.state = qpDead
 	c := q.conn
 	q.ops.Add(1)
@@ -313,4 +324,10 @@ func (q *QP) lost(err error) {
 	if q.onDisc != nil {
 		q.onDisc(err)
 	}
+}
+
+// noteFault records err as what broke the connection, unless something
+// was recorded first.
+func (q *QP) noteFault(err error) {
+	q.fault.CompareAndSwap(nil, &err)
 }

@@ -29,8 +29,6 @@ type SRQ struct {
 	// posted counts receives posted and not yet completed: the CQ that
 	// polls a completion of the SRQ takes one off.
 	posted atomic.Int64
-	// esc holds the dat IDs that do not fit a wr_id (wrid.go).
-	esc escapes
 
 	mu     sync.Mutex
 	closed bool
@@ -96,13 +94,13 @@ func (s *SRQ) PostRecv(wr driver.RecvWR) error {
 	for i, g := range wr.Local {
 		s.sges[i] = C.struct_ibv_sge{addr: C.uint64_t(g.Addr), length: C.uint32_t(g.Length), lkey: C.uint32_t(g.LKey)}
 	}
-	wrid, idx := encodeWRID(wr.ID, true, &s.esc, wrEscSRQ)
+	wrid, err := encodeWRID(wr.ID, true)
+	if err != nil {
+		return err
+	}
 	s.posted.Add(1)
 	if rc := C.shim_post_srq_recv(s.srq, C.uint64_t(wrid), &s.sges[0], C.int(len(wr.Local))); rc != 0 {
 		s.posted.Add(-1)
-		if idx != 0 {
-			s.esc.drop(idx)
-		}
 		return postError("ibv_post_srq_recv", errnoOf(rc))
 	}
 	return nil
@@ -149,7 +147,6 @@ func (s *SRQ) Close() error {
 		return fmt.Errorf("verbs: ibv_destroy_srq: %w", errnoOf(rc))
 	}
 	s.closed = true
-	s.esc.reset()
 	unregister(s.key)
 	return nil
 }

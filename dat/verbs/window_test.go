@@ -262,10 +262,9 @@ func TestBindWindowRefused(t *testing.T) {
 		if err := s.h.disconnected(t); err == nil {
 			t.Error("Disconnected(nil) after a refused bind, want an error")
 		}
-		if rp := s.h.next(t); rp.WRID != 1 || rp.Status != driver.StatusFlushed {
-			t.Errorf("receive after the refused bind: %+v, want flushed", rp)
-		}
-		s.h.none(t) // the bind's own completion never reaches the handler
+		// Neither the receive's flush (package dat flushes it) nor the
+		// bind's own completion reaches the handler.
+		s.h.none(t)
 		if _, err := s.qp.bindWindow(w, s.mr, s.mr.Addr(), 64, driver.AccessRemoteWrite); !errors.Is(err, driver.ErrNotConnected) {
 			t.Errorf("bind on the broken connection: %v, want ErrNotConnected", err)
 		}
@@ -280,9 +279,9 @@ func TestBindWindowRefused(t *testing.T) {
 
 // TestBindWindowTimeout: a bind queued behind a Send the peer never
 // receives (no receive posted: RNR retries forever) cannot complete.
-// BindWindow gives up after bindTimeout with DeadlineExceeded, breaks the
-// connection so that the device flushes both, and the Send's flush
-// reaches the handler while the bind's does not.
+// BindWindow gives up after bindTimeout with DeadlineExceeded and breaks
+// the connection so that the device flushes both; neither flush reaches
+// the handler (package dat flushes the Send).
 func TestBindWindowTimeout(t *testing.T) {
 	forEachWindowDevice(t, func(t *testing.T, d testDev) {
 		old := bindTimeout
@@ -307,9 +306,6 @@ func TestBindWindowTimeout(t *testing.T) {
 		}
 		if err := c.h.disconnected(t); err == nil {
 			t.Error("Disconnected(nil) after a timed-out bind, want an error")
-		}
-		if cp := c.h.next(t); cp.WRID != 1 || cp.Status == driver.StatusSuccess {
-			t.Errorf("the stuck Send: %+v, want an error completion", cp)
 		}
 		c.h.none(t)
 		if err := w.Close(); err != nil {
