@@ -91,6 +91,7 @@ type Conn struct {
 	readShut        bool
 	writeShut       bool
 	err             error // the transport is gone (or Close came first): why
+	driving         bool  // a drive goroutine is out (see driveLocked)
 	refs            int   // the Conn itself plus Reads/Writes inside it
 	st              counters
 }

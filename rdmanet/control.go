@@ -104,11 +104,62 @@ func (c *Conn) flushControl() {
 // flushControlPosting is flushControl for callers holding c.postMu.
 func (c *Conn) flushControlPosting() {
 	c.mu.Lock()
-	if !c.canControlLocked() || !c.wantControlLocked() {
+	if !c.wantControlLocked() {
+		c.mu.Unlock()
+		return
+	}
+	if !c.canControlLocked() {
+		c.driveLocked()
 		c.mu.Unlock()
 		return
 	}
 	c.postControlLocked(nil)
+}
+
+// driveLocked makes sure a control message that cannot go yet (no
+// credit, or a full send queue) goes once it can. Without a goroutine of
+// its own, a Conn makes progress only while someone waits on it; a Write
+// that returned, or a Read that consumed the ring, with its message still
+// pending would leave the peer waiting for it (the data it announces, the
+// credit or space it returns) for as long as the application does not
+// call in again. So a goroutine drives the Conn until the message is out
+// or the Conn ends; it exists only while such a message is pending.
+// Callers hold c.mu.
+func (c *Conn) driveLocked() {
+	if c.driving || c.err != nil || (c.lc != lcOpen && c.lc != lcClosing) {
+		return
+	}
+	c.driving = true
+	c.refs++ // the driver is inside the Conn until it leaves
+	go c.drive()
+}
+
+// drive is the goroutine driveLocked starts.
+func (c *Conn) drive() {
+	defer func() {
+		c.mu.Lock()
+		c.driving = false
+		c.mu.Unlock()
+		c.leave()
+	}()
+	for {
+		k := c.pr.kicks.Load()
+		c.flushControl()
+		c.mu.Lock()
+		over := !c.wantControlLocked() || c.err != nil || (c.lc != lcOpen && c.lc != lcClosing)
+		c.mu.Unlock()
+		if over {
+			return
+		}
+		if c.poll(k) {
+			continue
+		}
+		select {
+		case <-c.cwake:
+		case <-c.done:
+			return
+		}
+	}
 }
 
 // canControlLocked reports whether a control message may be posted now.
