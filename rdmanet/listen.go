@@ -25,7 +25,8 @@ type ListenConfig struct {
 	// connections over them.
 	SharePort bool
 	// Backlog bounds connection requests not yet answered and connections
-	// established but not yet returned by Accept (0: 128).
+	// established but not yet returned by Accept (0: 4096, as the
+	// kernel's somaxconn default).
 	Backlog int
 	// BufferSize is each connection's ring and staging size (0:
 	// DefaultBufferSize).
@@ -40,7 +41,9 @@ type ListenConfig struct {
 	Logger *slog.Logger
 }
 
-const defaultBacklog = 128
+// defaultBacklog is the kernel's somaxconn default: a burst of dials as
+// large as TCP would queue is queued here too, not refused.
+const defaultBacklog = 4096
 
 // maxAnswering bounds the connection requests a Listener answers at once.
 const maxAnswering = 8
