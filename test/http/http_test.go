@@ -216,8 +216,11 @@ func TestReadTimeout(t *testing.T) {
 	base := serve(t, &http.Server{ReadTimeout: timeout, Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 		handled <- struct{}{}
 	})})
-	c := dialRaw(t, base)
+	// The server's ReadTimeout runs from its Accept, which may come
+	// before the dial returns here: start the clock before dialing, so
+	// that the server cannot seem to close early.
 	start := time.Now()
+	c := dialRaw(t, base)
 	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\nX-Partial: ") // and nothing more
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	_, err := io.ReadAll(c) // until the server closes
