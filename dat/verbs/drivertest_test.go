@@ -20,14 +20,21 @@ func TestConformance(t *testing.T) {
 	if os.Getenv("IN_RDMA_VM") != "1" {
 		t.Skip("needs the RDMA test VM with rxe0 and siw0: build with `go test -c -tags verbs` and run the binary via test/vm/run.sh (IN_RDMA_VM=1)")
 	}
+	// What soft-iWARP does not pass yet, and why: open work.
+	siwKnown := map[string]string{
+		"Connect/RejectWithPrivateData": "the kernel's iWARP CM delivers a reject without private data exactly like a TCP reset, so an empty peer reject is reported as a non-peer reject",
+		"Data/SharedCQTags":             "after many subtests ibv_create_cq fails with errno 0: siw runs out of queue mappings (libsiw's invalid mmap key at page 144 is the suspect)",
+		"Race/DisconnectWhilePosting":   "a Send caught by the local disconnect completes with LOC_QP_OP_ERR instead of being dropped",
+	}
 	for _, d := range []struct {
 		name, addr string
 		padded     bool
+		known      map[string]string
 	}{
 		// The InfiniBand CM, which RoCE uses, delivers private data
 		// zero-padded to the message's fixed size.
-		{"rxe", os.Getenv("RDMA_RXE_ADDR"), true},
-		{"siw", os.Getenv("RDMA_SIW_ADDR"), false},
+		{"rxe", os.Getenv("RDMA_RXE_ADDR"), true, nil},
+		{"siw", os.Getenv("RDMA_SIW_ADDR"), false, siwKnown},
 	} {
 		t.Run(d.name, func(t *testing.T) {
 			if d.addr == "" {
@@ -40,6 +47,7 @@ func TestConformance(t *testing.T) {
 				OpenPassive:       open,
 				OpenActive:        open,
 				PaddedPrivateData: d.padded,
+				Known:             d.known,
 				// The guest runs under TCG emulation: doubled timeouts
 				// and quiet periods keep the run inside the package's
 				// time limit while leaving room for slow devices.
