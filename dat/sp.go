@@ -31,6 +31,16 @@ type PSPOptions struct {
 	// SharePort listens with SO_REUSEPORT so several processes can serve
 	// one qualifier.
 	SharePort bool
+	// Fallback, when non-nil, lets the qualifier's port serve plain TCP
+	// clients too; it is an extension beyond DAT. A connection that the
+	// provider finds is not a connection request of its transport is
+	// handed to Fallback, its bytes intact, instead of being dropped; it
+	// never becomes a CR. Fallback owns the connection (it must close it)
+	// and should hand it off rather than serve it, since the provider
+	// waits for calls in progress when the PSP is freed. Providers whose
+	// connections are not set up over a TCP socket of their own (verbs,
+	// through rdma_cm) ignore it.
+	Fallback func(net.Conn)
 }
 
 // CreatePSP starts listening on qual (dat_psp_create). Requests are
@@ -68,7 +78,7 @@ func (ia *IA) createPSP(op string, qual ConnQual, evd *EVD, flags PSPFlags, opts
 	if err := ia.attachCREVD(op, evd); err != nil {
 		return nil, err
 	}
-	lis, err := ia.prov.Listen(driver.ListenConfig{Port: uint16(qual), Backlog: opts.Backlog, SharePort: opts.SharePort})
+	lis, err := ia.prov.Listen(driver.ListenConfig{Port: uint16(qual), Backlog: opts.Backlog, SharePort: opts.SharePort, Fallback: opts.Fallback})
 	if err != nil {
 		ia.detachCREVD(evd)
 		return nil, providerError(op, err)
