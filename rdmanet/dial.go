@@ -33,9 +33,19 @@ type Dialer struct {
 	// BufferSize is the connection's receive ring and staging buffer size
 	// in bytes (0: DefaultBufferSize).
 	BufferSize int
-	// FallbackTCP dials plain TCP when the rdma dial fails for a reason
-	// other than the context or the deadline (no rdmanet listener, no
-	// usable IA). The connection returned is then a *net.TCPConn.
+	// FallbackTCP dials plain TCP to the same address when RDMA cannot
+	// be had: no usable IA, nothing listening, a server that answers the
+	// connection request in another protocol or does not answer it in
+	// time, an rdmanet server of another version. The connection returned
+	// is then a *FallbackConn saying why (its Reason), and the fallback is
+	// counted (Listing.Fallbacks) and logged at Info.
+	//
+	// Falling back stays within the dial's own time (Timeout, Deadline,
+	// the context): a server that refuses or answers falls back at once,
+	// and a silent one (many TCP servers wait for a request line) is given
+	// at most FallbackWait of it, or half of what is left if that is less,
+	// so that the TCP dial has the rest. The RDMA attempt's TCP
+	// connection is closed as soon as it is abandoned.
 	FallbackTCP bool
 	// NoDup turns off dup-connect reuse: by default a dial to an address
 	// this process already has a live dialed connection to, on the same
@@ -76,8 +86,8 @@ func (d *Dialer) Dial(network, address string) (net.Conn, error) {
 
 // DialContext connects to address ("host:port") on network "rdma",
 // "rdma4" or "rdma6". The context bounds the whole dial; once it returns,
-// the context no longer matters. The connection is a *Conn (or a
-// *net.TCPConn with FallbackTCP). Errors are *net.OpError with Op "dial";
+// the context no longer matters. The connection is a *Conn (or, with
+// FallbackTCP, possibly a *FallbackConn). Errors are *net.OpError with Op "dial";
 // a dial whose time ran out (Timeout, Deadline or the context's deadline)
 // fails with an error that is a net.Error with Timeout() true and matches
 // both context.DeadlineExceeded and os.ErrDeadlineExceeded.
@@ -96,31 +106,70 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	if err != nil {
 		return nil, d.dialFailed(address, timedOut(ctx, opError("dial", local, nil, err)))
 	}
+	rctx, rcancel := ctx, context.CancelFunc(func() {})
+	if d.FallbackTCP {
+		rctx, rcancel = fallbackShare(ctx)
+	}
+	defer rcancel()
 	var first error
 	for _, ap := range aps {
-		c, err := d.dialAddr(ctx, ap, local, nil)
+		c, err := d.dialAddr(rctx, ap, local, nil)
 		if err == nil {
 			return c, nil
 		}
 		if first == nil {
 			first = err
 		}
-		if ctx.Err() != nil {
+		if rctx.Err() != nil {
 			break
 		}
 	}
 	if d.FallbackTCP && ctx.Err() == nil {
+		rcancel()
 		var nd net.Dialer
 		if local != nil {
 			nd.LocalAddr = &net.TCPAddr{IP: local.IP.AsSlice()}
 		}
-		if c, err := nd.DialContext(ctx, "tcp", address); err == nil {
-			logger(d.Logger).LogAttrs(ctx, slog.LevelInfo, "rdmanet: dial fell back to TCP",
-				slog.String("remote", address), slog.String("rdma_error", first.Error()))
-			return c, nil
+		c, err := nd.DialContext(ctx, tcpNetwork(network), address)
+		if err == nil {
+			fc := &FallbackConn{Conn: c, Reason: dialFallbackReason(first), Err: first}
+			countFallback(d.Logger, fc)
+			return fc, nil
+		}
+		if errors.Is(first, context.DeadlineExceeded) {
+			// The time that ran out was only RDMA's share: the TCP
+			// dial's failure is the one that says what went wrong.
+			first = err
 		}
 	}
 	return nil, d.dialFailed(address, first)
+}
+
+// FallbackWait bounds the share of a dial's time that a Dialer with
+// FallbackTCP gives RDMA before it dials TCP, when the server neither
+// accepts nor refuses the connection request.
+const FallbackWait = 500 * time.Millisecond
+
+// fallbackShare returns the context for the RDMA attempt of a dial that
+// may fall back: it ends after FallbackWait, or half the time ctx has
+// left if that is less.
+func fallbackShare(ctx context.Context) (context.Context, context.CancelFunc) {
+	share := FallbackWait
+	if dl, ok := ctx.Deadline(); ok {
+		share = min(share, time.Until(dl)/2)
+	}
+	return context.WithTimeout(ctx, share)
+}
+
+// tcpNetwork is the TCP network of an rdmanet network.
+func tcpNetwork(network string) string {
+	switch network {
+	case "rdma4":
+		return "tcp4"
+	case "rdma6":
+		return "tcp6"
+	}
+	return "tcp"
 }
 
 // dialFailed logs a failed dial, with its reason, and returns err. A dial
@@ -167,7 +216,7 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 		s = tmpl.ia
 		s.hold()
 	} else if s, err = acquireIA(ctx, iaName(d.IA, lip)); err != nil {
-		return nil, opError("dial", local, dst, err)
+		return nil, opError("dial", local, dst, &noDeviceError{err})
 	}
 	defer s.release() // the Conn holds its own reference
 	key := ap.String()

@@ -51,6 +51,15 @@
 // that disappears without a FIN gives a reset error (syscall.ECONNRESET)
 // after the data already received.
 //
+// # TCP fallback
+//
+// As with SMC-R, RDMA is an upgrade a connection can do without. A Dialer
+// with FallbackTCP dials plain TCP when RDMA cannot be had, within the
+// dial's own time, and a ListenConfig with FallbackTCP serves plain TCP
+// clients on the same port. Such connections are *FallbackConn, which say
+// why they are TCP (FallbackReason); the process counts them by reason
+// (Listing.Fallbacks) and logs each at Info.
+//
 // # Observing connections
 //
 // Conn.Stats returns a connection's counters (bytes, RDMA Writes, control

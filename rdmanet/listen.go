@@ -34,6 +34,16 @@ type ListenConfig struct {
 	// Poll says how calls blocked on an accepted connection wait for
 	// completions, as Dialer.Poll does.
 	Poll dat.PollPolicy
+	// FallbackTCP lets the port serve plain TCP clients as well: the
+	// provider tells a connection request of its transport from anything
+	// else by the first bytes (see dat PSPOptions.Fallback; the iwarp
+	// provider also takes a client that stays silent for a moment to be a
+	// TCP client, so a protocol whose server speaks first still works),
+	// and Accept returns a TCP client as a *FallbackConn with Reason
+	// ReasonPeerIsTCP, every byte it sent intact. TCP clients share the
+	// Backlog with rdmanet connections; one that finds it full is closed.
+	// Providers that do not set connections up over TCP (verbs) ignore it.
+	FallbackTCP bool
 	// Logger receives the listener's and its connections' life-cycle
 	// records: accepted and closed at Debug; refused handshakes and
 	// failed connections at Info, with the reason. Nothing is logged per
@@ -84,7 +94,7 @@ type Listener struct {
 
 	mu      sync.Mutex
 	closed  bool
-	ready   []*Conn            // established, waiting for Accept
+	ready   []net.Conn         // *Conn established, or *FallbackConn, waiting for Accept
 	pending map[*Conn]struct{} // accepted at the DAT level, not yet established
 	// building counts requests being answered that will join pending, so
 	// parallel answers cannot overshoot the backlog.
@@ -136,6 +146,9 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 		return fail(err)
 	}
 	opts := &dat.PSPOptions{Backlog: backlog, SharePort: lc.SharePort}
+	if lc.FallbackTCP {
+		opts.Fallback = l.fallback
+	}
 	if ap.Port() == 0 {
 		l.psp, err = s.ia.CreatePSPAny(l.evd, dat.PSPConsumer, opts)
 	} else {
@@ -176,7 +189,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 			c := l.ready[0]
 			l.ready[0] = nil
 			l.ready = l.ready[1:]
-			c.listener = nil
+			if c, ok := c.(*Conn); ok {
+				c.listener = nil
+			}
 			l.mu.Unlock()
 			l.accepted.Add(1)
 			return c, nil
@@ -219,7 +234,7 @@ func (l *Listener) Close() error {
 	conns := l.ready
 	l.ready = nil
 	for c := range l.pending {
-		conns = append(conns, c)
+		conns = append(conns, net.Conn(c))
 	}
 	l.pending = nil
 	l.mu.Unlock()
@@ -340,6 +355,30 @@ func (l *Listener) refuse(remote, reason string, err error) {
 func (l *Listener) logDebug(msg string) {
 	logger(l.log).LogAttrs(context.Background(), slog.LevelDebug, msg,
 		slog.Uint64("listener", l.id), slog.String("local", l.addr.String()), slog.String("ia", l.ia.name))
+}
+
+// fallback queues a plain TCP client for Accept; the provider calls it
+// from a goroutine of its own. A listener that is closed or full closes
+// the connection: the client sees it end, as with a TCP listener whose
+// accept queue overflowed.
+func (l *Listener) fallback(nc net.Conn) {
+	fc := &FallbackConn{Conn: nc, Reason: ReasonPeerIsTCP}
+	l.mu.Lock()
+	full := l.closed || len(l.ready)+len(l.pending)+l.building >= l.backlog
+	if !full {
+		// Counted before Accept can return it, so that whoever got the
+		// connection sees it counted.
+		fallbacks[fc.Reason].Add(1)
+		l.ready = append(l.ready, fc)
+	}
+	l.mu.Unlock()
+	if full {
+		nc.Close()
+		l.refuse(nc.RemoteAddr().String(), "backlog full (TCP client)", nil)
+		return
+	}
+	logFallback(l.log, fc, slog.Uint64("listener", l.id))
+	wake(l.wake)
 }
 
 // deliver queues an established connection for Accept.

@@ -67,8 +67,8 @@ func TestFallbackTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, ok := c.(*net.TCPConn); !ok {
-		t.Fatalf("got %T", c)
+	if fc, ok := c.(*FallbackConn); !ok || fc.Reason != ReasonNoDevice || fc.Err == nil {
+		t.Fatalf("got %T %+v", c, c)
 	}
 	b, _ := io.ReadAll(c)
 	if string(b) != "tcp" {

@@ -66,6 +66,10 @@ type Listing struct {
 	Time      time.Time      `json:"time"`
 	Listeners []ListenerInfo `json:"listeners"`
 	Conns     []ConnInfo     `json:"conns"`
+	// Fallbacks counts the process's connections that fell back to plain
+	// TCP (see FallbackConn), dialed and accepted, since it started, by
+	// reason: every FallbackReason's String is a key, zero or not.
+	Fallbacks map[string]uint64 `json:"fallbacks"`
 }
 
 // ConnInfo describes one connection in a Listing.
@@ -128,7 +132,8 @@ func Snapshot() Listing {
 	// The objects stay valid after removal (their fields are plain
 	// memory), so a Conn torn down meanwhile is described as closed.
 	now := time.Now()
-	out := Listing{Time: now, Listeners: make([]ListenerInfo, 0, len(lns)), Conns: make([]ConnInfo, 0, len(conns))}
+	out := Listing{Time: now, Listeners: make([]ListenerInfo, 0, len(lns)), Conns: make([]ConnInfo, 0, len(conns)),
+		Fallbacks: fallbackCounts()}
 	for _, l := range lns {
 		out.Listeners = append(out.Listeners, l.info(now))
 	}
@@ -229,14 +234,18 @@ func wantsJSON(r *http.Request) bool {
 	return false
 }
 
-// WriteTable writes l as text: a header line, then a table of listeners
-// and one of connections, one line each, every column but the last (the
+// WriteTable writes l as text: a header line, a line of the TCP
+// fallbacks by reason if there were any, then a table of listeners and
+// one of connections, one line each, every column but the last (the
 // last error's text) one word. Sizes are bytes, ages and wait times are
 // rounded to the millisecond, and the wait columns are "count/time" per
 // cause (Stats): credit, ring full, send queue.
 func (l Listing) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "rdmanet at %s: listeners %d, connections %d\n", l.Time.Format(time.RFC3339), len(l.Listeners), len(l.Conns))
+	if f := fallbackLine(l.Fallbacks); f != "" {
+		fmt.Fprintln(tw, "fallbacks to TCP:", f)
+	}
 	if len(l.Listeners) > 0 {
 		fmt.Fprintln(tw, "\nID\tLISTEN\tIA\tPROVIDER\tAGE\tBACKLOG\tREADY\tPENDING\tACCEPTED\tREFUSED")
 		for _, li := range l.Listeners {
@@ -256,6 +265,23 @@ func (l Listing) WriteTable(w io.Writer) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// fallbackLine lists the non-zero fallback counts as "reason count"
+// pairs in the order of the reasons' names; "" when there are none.
+func fallbackLine(m map[string]uint64) string {
+	keys := make([]string, 0, len(m))
+	for k, n := range m {
+		if n > 0 {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", dash(k), m[k])
+	}
+	return strings.Join(parts, ", ")
 }
 
 func round(d time.Duration) time.Duration { return d.Round(time.Millisecond) }

@@ -174,3 +174,41 @@ func TestErrors(t *testing.T) {
 	}
 	http.DefaultClient.CloseIdleConnections()
 }
+
+// TestFallbacks: the process's TCP fallbacks, by reason, head the table.
+func TestFallbacks(t *testing.T) {
+	tl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tl.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := tl.Accept()
+		accepted <- c
+	}()
+	// No such IA: the dial falls back for want of a device.
+	d := rdmanet.Dialer{IA: "no-such-provider", FallbackTCP: true, Timeout: 5 * time.Second}
+	c, err := d.Dial("rdma", tl.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if s := <-accepted; s != nil {
+		s.Close()
+	}
+	srv := server(t)
+	want := "no-device " + strconv.FormatUint(rdmanet.Snapshot().Fallbacks["no-device"], 10)
+	for _, path := range []string{"/debug/rdmanet", "/debug/vars"} {
+		out := runOK(t, "-url", srv.URL+path)
+		var line string
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "fallbacks to TCP: ") {
+				line = l
+			}
+		}
+		if !strings.Contains(line, want) || strings.Contains(line, " 0") {
+			t.Errorf("%s: fallbacks line %q, want it to list %q and no zero counts, in\n%s", path, line, want, out)
+		}
+	}
+}
