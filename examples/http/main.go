@@ -69,6 +69,8 @@ func transport(c net.Conn) string {
 	switch c := c.(type) {
 	case *rdmanet.Conn:
 		return c.LocalAddr().Network()
+	case *rdmanet.FallbackConn:
+		return "tcp fallback (" + c.Reason.String() + ")"
 	case *net.TCPConn:
 		return "tcp fallback"
 	default:

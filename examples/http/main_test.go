@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/rdmanet/rdmanet/rdmanet"
 	"io"
 	"net"
 	"net/http"
@@ -65,6 +66,10 @@ func TestTransport(t *testing.T) {
 	defer c.Close()
 	if got := transport(c); got != "tcp fallback" {
 		t.Errorf("transport(*net.TCPConn) = %q, want %q", got, "tcp fallback")
+	}
+	fc := &rdmanet.FallbackConn{Conn: c, Reason: rdmanet.ReasonNotRDMAPeer}
+	if got, want := transport(fc), "tcp fallback ("+rdmanet.ReasonNotRDMAPeer.String()+")"; got != want {
+		t.Errorf("transport(*rdmanet.FallbackConn) = %q, want %q", got, want)
 	}
 	p1, p2 := net.Pipe()
 	defer p1.Close()
