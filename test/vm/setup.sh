@@ -78,7 +78,8 @@ missing_pkgs() {
 # --------------------------------------------------------------- 1 packages
 HOST_PKGS=(qemu-system-x86 rdma-core ibverbs-providers ibverbs-utils
 	rdmacm-utils perftest dapl2-utils libibverbs-dev librdmacm-dev
-	busybox-static iproute2 cpio kmod xz-utils gcc make)
+	busybox-static iproute2 cpio kmod xz-utils gcc make
+	tcpdump tshark)
 mapfile -t need < <(missing_pkgs "${HOST_PKGS[@]}")
 if [ "${#need[@]}" -gt 0 ]; then
 	apt_install "${need[@]}" || die "apt-get install ${need[*]} failed"
