@@ -43,11 +43,21 @@ func listenAddr(ia string) string {
 // pipe returns a connected pair on provider ia: c1 dialed, c2 accepted.
 func pipe(t testing.TB, ia string, bufSize int) (c1, c2 *Conn, stop func()) {
 	t.Helper()
-	lc := ListenConfig{IA: ia, BufferSize: bufSize}
-	l, err := lc.Listen(context.Background(), "rdma", listenAddr(ia))
+	c1, c2, err := connect(ListenConfig{IA: ia, BufferSize: bufSize}, Dialer{IA: ia, BufferSize: bufSize, Timeout: 10 * time.Second}, ia)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c1, c2, func() { c1.Close(); c2.Close() }
+}
+
+// connect listens with lc on provider ia's test address, dials it with d
+// and returns the dialed and the accepted Conn; the listener is closed.
+func connect(lc ListenConfig, d Dialer, ia string) (c1, c2 *Conn, err error) {
+	l, err := lc.Listen(context.Background(), "rdma", listenAddr(ia))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer l.Close()
 	type res struct {
 		c   net.Conn
 		err error
@@ -57,20 +67,18 @@ func pipe(t testing.TB, ia string, bufSize int) (c1, c2 *Conn, stop func()) {
 		c, err := l.Accept()
 		ch <- res{c, err}
 	}()
-	d := &Dialer{IA: ia, BufferSize: bufSize, Timeout: 10 * time.Second}
 	nc, err := d.Dial("rdma", l.Addr().String())
 	if err != nil {
 		l.Close()
-		t.Fatal(err)
+		<-ch
+		return nil, nil, err
 	}
 	r := <-ch
-	l.Close()
 	if r.err != nil {
 		nc.Close()
-		t.Fatal(r.err)
+		return nil, nil, r.err
 	}
-	c1, c2 = nc.(*Conn), r.c.(*Conn)
-	return c1, c2, func() { c1.Close(); c2.Close() }
+	return nc.(*Conn), r.c.(*Conn), nil
 }
 
 // forEach runs f as a subtest per provider.

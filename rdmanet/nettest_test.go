@@ -1,7 +1,6 @@
 package rdmanet
 
 import (
-	"context"
 	"net"
 	"testing"
 	"time"
@@ -30,31 +29,10 @@ func TestNettestPollModes(t *testing.T) {
 
 func nettestWith(t *testing.T, ia string, poll dat.PollPolicy) {
 	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
-		lc := ListenConfig{IA: ia, Poll: poll}
-		l, err := lc.Listen(context.Background(), "rdma", listenAddr(ia))
+		x, y, err := connect(ListenConfig{IA: ia, Poll: poll}, Dialer{IA: ia, Timeout: 10 * time.Second, Poll: poll}, ia)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		defer l.Close()
-		type res struct {
-			c   net.Conn
-			err error
-		}
-		ch := make(chan res, 1)
-		go func() {
-			c, err := l.Accept()
-			ch <- res{c, err}
-		}()
-		d := Dialer{IA: ia, Timeout: 10 * time.Second, Poll: poll}
-		if c1, err = d.Dial("rdma", l.Addr().String()); err != nil {
-			return nil, nil, nil, err
-		}
-		r := <-ch
-		if r.err != nil {
-			c1.Close()
-			return nil, nil, nil, r.err
-		}
-		c2 = r.c
-		return c1, c2, func() { c1.Close(); c2.Close() }, nil
+		return x, y, func() { x.Close(); y.Close() }, nil
 	})
 }
