@@ -280,8 +280,8 @@ func (l *Listener) handle(cr *dat.CR) {
 	}
 	h, err := handshake.ParseHello(p.PrivateData)
 	if err != nil {
-		cr.Reject(handshake.AppendReject(nil, handshake.RejectFor(err)))
 		l.refuse(p.RemoteAddr.String(), "bad handshake", err)
+		cr.Reject(handshake.AppendReject(nil, handshake.RejectFor(err)))
 		return
 	}
 	l.mu.Lock()
@@ -291,8 +291,8 @@ func (l *Listener) handle(cr *dat.CR) {
 	}
 	l.mu.Unlock()
 	if full {
-		cr.Reject(handshake.AppendReject(nil, handshake.Reject{Reason: handshake.ReasonResources, Speaks: handshake.Version}))
 		l.refuse(p.RemoteAddr.String(), "backlog full", nil)
+		cr.Reject(handshake.AppendReject(nil, handshake.Reject{Reason: handshake.ReasonResources, Speaks: handshake.Version}))
 		return
 	}
 	c, err := newConn(l.ia, l.cfg, l.log, nil)
@@ -300,8 +300,8 @@ func (l *Listener) handle(cr *dat.CR) {
 		l.mu.Lock()
 		l.building--
 		l.mu.Unlock()
-		cr.Reject(handshake.AppendReject(nil, handshake.Reject{Reason: handshake.ReasonResources, Speaks: handshake.Version}))
 		l.refuse(p.RemoteAddr.String(), "no resources", err)
+		cr.Reject(handshake.AppendReject(nil, handshake.Reject{Reason: handshake.ReasonResources, Speaks: handshake.Version}))
 		return
 	}
 	c.setPeer(h)
@@ -342,6 +342,8 @@ func (l *Listener) watch(c *Conn) {
 }
 
 // refuse counts and logs a connection request the listener turned down.
+// Callers call it before they answer the peer, so that a dialer that has
+// seen its refusal also sees it counted.
 func (l *Listener) refuse(remote, reason string, err error) {
 	l.refused.Add(1)
 	a := []slog.Attr{slog.Uint64("listener", l.id), slog.String("local", l.addr.String()),
@@ -373,8 +375,8 @@ func (l *Listener) fallback(nc net.Conn) {
 	}
 	l.mu.Unlock()
 	if full {
-		nc.Close()
 		l.refuse(nc.RemoteAddr().String(), "backlog full (TCP client)", nil)
+		nc.Close()
 		return
 	}
 	logFallback(l.log, fc, slog.Uint64("listener", l.id))
