@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/rdmanet/rdmanet/dat"
+	"github.com/rdmanet/rdmanet/rdmanet/internal/wire"
 )
 
 // Write copies b into the staging buffer and RDMA-writes it into the
@@ -20,7 +21,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 		return 0, c.ioError(opError("write", c.laddr, c.raddr, err))
 	}
 	defer c.leave()
-	if len(b) > 0 && len(b) <= ctrlMaxInline {
+	if len(b) > 0 && len(b) <= wire.MaxInline {
 		// Small writes go inside a control message when they can go at
 		// once; otherwise (no credit, a full ring) the RDMA path below
 		// waits for room as usual.

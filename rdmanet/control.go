@@ -1,69 +1,26 @@
 package rdmanet
 
 import (
-	"encoding/binary"
-
 	"github.com/rdmanet/rdmanet/dat"
+	"github.com/rdmanet/rdmanet/rdmanet/internal/wire"
 )
 
-// A control message is a Send of a fixed 24-byte header, big-endian,
-// optionally followed by up to ctrlMaxInline bytes of stream data:
+// Control messages are encoded by internal/wire (see there for the
+// layout). Positions are cumulative, so a message supersedes every earlier
+// one and the sender may coalesce: one message reports any number of
+// Writes and any amount of consumption. RC ordering makes prod safe to use
+// at once: the RDMA Writes it covers were posted before this Send on the
+// same QP and have landed before the Send is delivered.
 //
-//	offset size field
-//	0      8    prod    bytes the sender has written into our ring, in all
-//	8      8    cons    bytes the sender has consumed from its own ring
-//	16     2    grant   control receives the sender re-posted since its last message
-//	18     1    flags   ctrlFIN: the sender will write no more; prod is final
-//	19     1    inline  length L of the data after the header
-//	20     4    seq     the message's number (low 32 bits), to catch loss or reordering
-//	24     L    data    the stream bytes [prod−L, prod), for the receiver to
-//	                    copy into its ring itself
-//
-// Positions are cumulative, so a message supersedes every earlier one and
-// the sender may coalesce: one message reports any number of Writes and
-// any amount of consumption. RC ordering makes prod safe to use at once:
-// the RDMA Writes it covers were posted before this Send on the same QP and
-// have landed before the Send is delivered.
-//
-// Inline data is the small-write path: a Write of at most ctrlMaxInline
-// bytes that can go at once (a control credit, room in the peer's ring)
-// travels inside the control message instead of as an RDMA Write plus a
-// control message, halving the work requests, and on iWARP the FPDUs and
-// syscalls, of request/response traffic. It uses ring space exactly as an
-// RDMA Write would; only the copy into the ring moves to the receiver.
-// Each side's receive slots are ctrlSlot bytes (protocol version 1).
-const (
-	ctrlLen       = 24
-	ctrlSlot      = 256 // receive/send slot size and stride in the control region
-	ctrlMaxInline = ctrlSlot - ctrlLen
-	ctrlFIN       = 1 << 0
-)
-
-type ctrlMsg struct {
-	prod, cons uint64
-	grant      uint16
-	flags      uint8
-	inline     uint8
-	seq        uint32
-}
-
-func (m *ctrlMsg) put(b []byte) {
-	_ = b[ctrlLen-1]
-	binary.BigEndian.PutUint64(b[0:], m.prod)
-	binary.BigEndian.PutUint64(b[8:], m.cons)
-	binary.BigEndian.PutUint16(b[16:], m.grant)
-	b[18], b[19] = m.flags, m.inline
-	binary.BigEndian.PutUint32(b[20:], m.seq)
-}
-
-func (m *ctrlMsg) get(b []byte) {
-	_ = b[ctrlLen-1]
-	m.prod = binary.BigEndian.Uint64(b[0:])
-	m.cons = binary.BigEndian.Uint64(b[8:])
-	m.grant = binary.BigEndian.Uint16(b[16:])
-	m.flags, m.inline = b[18], b[19]
-	m.seq = binary.BigEndian.Uint32(b[20:])
-}
+// Inline data is the small-write path: a Write of at most
+// wire.MaxInline bytes that can go at once (a control credit, room in the
+// peer's ring) travels inside the control message instead of as an RDMA
+// Write plus a control message, halving the work requests, and on iWARP
+// the FPDUs and syscalls, of request/response traffic. It uses ring space
+// exactly as an RDMA Write would; only the copy into the ring moves to
+// the receiver. Each side's receive slots are wire.SlotSize bytes
+// (protocol version 1).
+const ctrlSlot = wire.SlotSize
 
 // The control region holds K receive slots followed by S send slots (one
 // per send-queue entry: a control Send with sequence number n uses send
@@ -178,18 +135,24 @@ func (c *Conn) postControlLocked(payload []byte) {
 	seq := c.posted
 	c.posted++
 	c.stageEnd[seq%uint64(c.cfg.sendDepth)] = c.stProd
-	m := ctrlMsg{prod: c.sProd, cons: c.rCons, grant: c.cc.sent(), inline: uint8(len(payload)), seq: c.ctrlOut}
+	m := wire.Control{Prod: c.sProd, Cons: c.rCons, Grant: c.cc.sent(), Seq: c.ctrlOut, Inline: payload}
 	c.ctrlOut++
 	c.st.ctrlSent++
 	if c.finWanted {
-		m.flags |= ctrlFIN
+		m.Flags |= wire.FlagFIN
 		c.finSent = true
 	}
 	c.sProdSent, c.rReported, c.firstDue = c.sProd, c.rCons, false
 	off := c.sendSlotOff(seq)
-	m.put(c.ctrl.buf[off : off+ctrlLen])
-	copy(c.ctrl.buf[off+ctrlLen:], payload)
-	c.ctrlIOV[0] = c.ctrl.triplet(off, uint64(ctrlLen+len(payload)))
+	b, err := wire.Append(c.ctrl.buf[off:off:off+ctrlSlot], &m)
+	if err != nil {
+		// Callers size payloads by wire.InlineRoom, so this is a bug in
+		// rdmanet; the connection cannot go on without the message.
+		c.mu.Unlock()
+		c.fail(err)
+		return
+	}
+	c.ctrlIOV[0] = c.ctrl.triplet(off, uint64(len(b)))
 	flags := dat.CompletionSuppress
 	if c.signalDueLocked() {
 		flags = dat.CompletionDefault

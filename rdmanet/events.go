@@ -7,6 +7,7 @@ import (
 
 	"github.com/rdmanet/rdmanet/dat"
 	"github.com/rdmanet/rdmanet/rdmanet/internal/handshake"
+	"github.com/rdmanet/rdmanet/rdmanet/internal/wire"
 )
 
 // handle applies one event of the Conn's EVD. The EVD carries all three
@@ -79,20 +80,18 @@ func (c *Conn) onRecv(ev *dat.Event) {
 		}
 		return // flushed: the connection is going; its event follows
 	}
-	if slot < 0 || slot >= c.cfg.recvs || ev.DTO.Length < ctrlLen {
+	if slot < 0 || slot >= c.cfg.recvs || ev.DTO.Length > ctrlSlot {
 		c.fail(errProtocol("control message of %d bytes", ev.DTO.Length))
 		return
 	}
-	var m ctrlMsg
-	b := c.recvSlot(slot)
-	m.get(b)
-	if ev.DTO.Length != ctrlLen+uint32(m.inline) {
-		c.fail(errProtocol("control message of %d bytes announcing %d inline", ev.DTO.Length, m.inline))
+	m, err := wire.Parse(c.recvSlot(slot)[:ev.DTO.Length])
+	if err != nil {
+		c.fail(errProtocol("%v", err))
 		return
 	}
 	c.mu.Lock()
 	// Apply (and copy inline data out) before the slot is posted again.
-	err := c.applyLocked(&m, b[ctrlLen:ctrlLen+int(m.inline)])
+	err = c.applyLocked(&m)
 	c.mu.Unlock()
 	if err == nil {
 		if err = c.postRecv(slot); err == nil {
@@ -110,18 +109,19 @@ func (c *Conn) onRecv(ev *dat.Event) {
 // it. A peer that moves a position backwards, overfills our ring, claims
 // consumption of bytes never written, writes after FIN or grants credits
 // it cannot have is cut off: trusting it would corrupt the stream.
-func (c *Conn) applyLocked(m *ctrlMsg, inline []byte) error {
+func (c *Conn) applyLocked(m *wire.Control) error {
+	inline := m.Inline
 	switch {
-	case m.seq != c.ctrlIn:
-		return errProtocol("control message %d, expected %d", m.seq, c.ctrlIn)
-	case m.prod-uint64(len(inline)) < c.rProd || m.prod < uint64(len(inline)) || !c.myRing.Valid(m.prod, c.rCons):
-		return errProtocol("producer position %d (ours: %d consumed of a %d-byte ring)", m.prod, c.rCons, c.myRing.Size)
-	case c.rFIN && m.prod != c.rProd:
+	case m.Seq != c.ctrlIn:
+		return errProtocol("control message %d, expected %d", m.Seq, c.ctrlIn)
+	case m.Prod-uint64(len(inline)) < c.rProd || m.Prod < uint64(len(inline)) || !c.myRing.Valid(m.Prod, c.rCons):
+		return errProtocol("producer position %d (ours: %d consumed of a %d-byte ring)", m.Prod, c.rCons, c.myRing.Size)
+	case c.rFIN && m.Prod != c.rProd:
 		return errProtocol("data after FIN")
-	case m.cons < c.sPeerCons || m.cons > c.sProd:
-		return errProtocol("consumer position %d (we wrote %d)", m.cons, c.sProd)
-	case c.cc.avail+int(m.grant) > int(c.peer.Credits):
-		return errProtocol("grant of %d exceeds the %d receives announced", m.grant, c.peer.Credits)
+	case m.Cons < c.sPeerCons || m.Cons > c.sProd:
+		return errProtocol("consumer position %d (we wrote %d)", m.Cons, c.sProd)
+	case c.cc.avail+int(m.Grant) > int(c.peer.Credits):
+		return errProtocol("grant of %d exceeds the %d receives announced", m.Grant, c.peer.Credits)
 	}
 	c.ctrlIn++
 	c.st.ctrlRecv++
@@ -129,13 +129,13 @@ func (c *Conn) applyLocked(m *ctrlMsg, inline []byte) error {
 		// The bytes [prod−L, prod) are free ring space the peer wrote
 		// into the message instead; the reader sees none of it before
 		// rProd moves below.
-		a, b := c.myRing.Segments(m.prod-uint64(len(inline)), uint64(len(inline)))
+		a, b := c.myRing.Segments(m.Prod-uint64(len(inline)), uint64(len(inline)))
 		k := copy(c.ring.buf[a.Off:a.End()], inline)
 		copy(c.ring.buf[b.Off:b.End()], inline[k:])
 	}
-	c.rProd, c.sPeerCons = m.prod, m.cons
-	c.cc.received(m.grant)
-	if m.flags&ctrlFIN != 0 {
+	c.rProd, c.sPeerCons = m.Prod, m.Cons
+	c.cc.received(m.Grant)
+	if m.FIN() {
 		c.rFIN = true
 	}
 	if c.readShut {
