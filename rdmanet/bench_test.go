@@ -182,7 +182,7 @@ func BenchmarkConnMemory(b *testing.B) {
 	for i := 0; i < pairs; i++ {
 		c1, _, stop := pipe(b, "iwarp", benchBuf())
 		stops = append(stops, stop)
-		mapped = len(c1.ring.buf) + len(c1.stage.buf) + len(c1.ctrl.buf)
+		mapped = c1.mappedBytes()
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&ms1)

@@ -34,9 +34,6 @@ type connConfig struct {
 	bufSize   int
 	recvs     int
 	sendDepth int
-	// batch and urgent drive credit return (ring.ReturnDue): a quarter of
-	// the ring, and 1/32 of it when the writer is blocked.
-	batch, urgent uint64
 }
 
 func newConnConfig(bufSize int, poll dat.PollPolicy) connConfig {
@@ -47,7 +44,6 @@ func newConnConfig(bufSize int, poll dat.PollPolicy) connConfig {
 	bufSize = (bufSize + pageSize - 1) &^ (pageSize - 1)
 	return connConfig{
 		poll: poll, bufSize: bufSize, recvs: defaultRecvs, sendDepth: defaultSendDepth,
-		batch: uint64(bufSize / 4), urgent: uint64(bufSize / 32),
 	}
 }
 

@@ -28,13 +28,16 @@ type Conn struct {
 	cfg   connConfig
 	ep    *dat.EP
 	evd   *dat.EVD
-	ring  *region // our receive ring: the peer RDMA-writes here
-	stage *region // our staging buffer: the source of our RDMA Writes
-	ctrl  *region // control receive and send slots
-
-	myRing, stageRing, peerRing ring.Ring
-	peer                        handshake.Hello
-	laddr, raddr                *Addr
+	ctrl *region // control receive and send slots
+	// recv is our receive ring, which the peer RDMA-writes; stage is our
+	// staging buffer, the source of our RDMA Writes; dst is where in the
+	// peer's ring we write. Their memory can change while the stream
+	// goes on (see resize.go): recv and dst under mu, stage only by the
+	// writer (writeMu).
+	recv, stage  spans
+	dst          peerRing
+	peer         handshake.Hello
+	laddr, raddr *Addr
 
 	recvIOV []dat.LMRTriplet // one triplet per control receive slot
 	ctrlIOV [1]dat.LMRTriplet
@@ -142,17 +145,19 @@ func newConn(s *sharedIA, cfg connConfig, log *slog.Logger, d *Dialer) (c *Conn,
 	if c.ep, err = s.ia.CreateEP(s.pz, c.evd, c.evd, c.evd, &attr); err != nil {
 		return nil, err
 	}
-	if c.ring, err = newRegion(s, cfg.bufSize, dat.MemPrivLocalWrite|dat.MemPrivRemoteWrite); err != nil {
+	rg, err := newRegion(s, cfg.bufSize, dat.MemPrivLocalWrite|dat.MemPrivRemoteWrite)
+	if err != nil {
 		return nil, err
 	}
-	if c.stage, err = newRegion(s, cfg.bufSize, dat.MemPrivLocalRead); err != nil {
+	c.recv = newSpans(rg)
+	sg, err := newRegion(s, cfg.bufSize, dat.MemPrivLocalRead)
+	if err != nil {
 		return nil, err
 	}
+	c.stage = newSpans(sg)
 	if c.ctrl, err = newRegion(s, (cfg.recvs+cfg.sendDepth)*ctrlSlot, dat.MemPrivLocalRead|dat.MemPrivLocalWrite); err != nil {
 		return nil, err
 	}
-	c.myRing = ring.Ring{Size: uint64(len(c.ring.buf))}
-	c.stageRing = ring.Ring{Size: uint64(len(c.stage.buf))}
 	c.recvIOV = make([]dat.LMRTriplet, cfg.recvs)
 	for i := range c.recvIOV {
 		c.recvIOV[i] = c.ctrl.triplet(uint64(i*ctrlSlot), ctrlSlot)
@@ -168,7 +173,7 @@ func newConn(s *sharedIA, cfg connConfig, log *slog.Logger, d *Dialer) (c *Conn,
 func (c *Conn) hello() []byte {
 	return handshake.AppendHello(make([]byte, 0, handshake.HelloLen), handshake.Hello{
 		Version: handshake.Version, Credits: uint16(c.cfg.recvs),
-		RingAddr: c.ring.addr, RingKey: c.ring.rkey, RingSize: uint32(len(c.ring.buf)),
+		RingAddr: c.recv.cur.reg.addr, RingKey: c.recv.cur.reg.rkey, RingSize: uint32(c.recv.size()),
 	})
 }
 
@@ -177,7 +182,7 @@ func (c *Conn) hello() []byte {
 func (c *Conn) setPeer(h handshake.Hello) {
 	c.mu.Lock()
 	c.peer = h
-	c.peerRing = ring.Ring{Size: uint64(h.RingSize)}
+	c.dst = peerRing{r: ring.Ring{Size: uint64(h.RingSize)}, addr: h.RingAddr, key: h.RingKey}
 	c.cc.avail = int(h.Credits)
 	c.mu.Unlock()
 }
@@ -474,8 +479,12 @@ func (c *Conn) leave() {
 
 func (c *Conn) releaseMemory() {
 	registry.removeConn(c)
-	c.ring.free()
-	c.stage.free()
+	for _, r := range c.recv.regions() {
+		r.free()
+	}
+	for _, r := range c.stage.regions() {
+		r.free()
+	}
 	c.ctrl.free()
 	c.ia.release()
 }

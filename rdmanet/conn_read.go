@@ -18,7 +18,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil // as with TCP: an empty Read does not wait
 	}
-	avail, err := c.awaitData()
+	avail, rs, err := c.awaitData()
 	if err != nil {
 		if err == io.EOF {
 			return 0, err
@@ -26,44 +26,48 @@ func (c *Conn) Read(p []byte) (int, error) {
 		return 0, c.ioError(opError("read", c.laddr, c.raddr, err))
 	}
 	// [rCons, rCons+avail) is ours until we report consumption, so the
-	// copy needs no lock.
-	a, b := c.myRing.Segments(c.rCons, min(avail, uint64(len(p))))
-	n := copy(p, c.ring.buf[a.Off:a.End()])
-	n += copy(p[n:], c.ring.buf[b.Off:b.End()])
+	// copy needs no lock; rs is the ring as it was when they arrived,
+	// which holds them even if the peer switched rings since.
+	n := 0
+	for want := min(avail, uint64(len(p))); uint64(n) < want; {
+		sp, seg := rs.at(c.rCons+uint64(n), want-uint64(n))
+		n += copy(p[n:], sp.reg.buf[seg.Off:seg.End()])
+	}
 	c.consumed(uint64(n))
 	return n, nil
 }
 
-// awaitData waits until the ring holds data and returns how much, or
-// returns the error a Read reports now. Callers hold readMu, which makes
-// rCons theirs to read.
-func (c *Conn) awaitData() (uint64, error) {
+// awaitData waits until the ring holds data and returns how much, and the
+// ring's spans that hold it; or it returns the error a Read reports now.
+// Callers hold readMu, which makes rCons theirs to read.
+func (c *Conn) awaitData() (uint64, spans, error) {
 	for {
 		k := c.pr.kicks.Load()
 		// An expired deadline fails the Read even if data is waiting, as
 		// with package net.
 		if c.rdl.passed() {
-			return 0, os.ErrDeadlineExceeded
+			return 0, spans{}, os.ErrDeadlineExceeded
 		}
 		c.mu.Lock()
 		avail := c.rProd - c.rCons
 		switch {
 		case c.closedLocked():
 			c.mu.Unlock()
-			return 0, net.ErrClosed
+			return 0, spans{}, net.ErrClosed
 		case c.readShut:
 			c.mu.Unlock()
-			return 0, io.EOF
+			return 0, spans{}, io.EOF
 		case avail > 0:
+			rs := c.recv
 			c.mu.Unlock()
-			return avail, nil
+			return avail, rs, nil
 		case c.rFIN:
 			c.mu.Unlock()
-			return 0, io.EOF
+			return 0, spans{}, io.EOF
 		case c.err != nil:
 			err := c.err
 			c.mu.Unlock()
-			return 0, err
+			return 0, spans{}, err
 		}
 		c.mu.Unlock()
 		if c.poll(k) {
@@ -82,8 +86,10 @@ func (c *Conn) consumed(n uint64) {
 	c.mu.Lock()
 	c.rCons += n
 	c.st.bytesRead += n
-	due := c.myRing.ReturnDue(c.rProd, c.rCons, c.rReported, c.cfg.batch, c.cfg.urgent)
+	due := c.returnDueLocked()
+	old := c.recv.retire(c.rCons)
 	c.mu.Unlock()
+	old.free()
 	if due {
 		c.flushControl()
 	}
@@ -100,15 +106,15 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 	defer c.leave()
 	var total int64
 	for {
-		avail, err := c.awaitData()
+		avail, rs, err := c.awaitData()
 		if err == io.EOF {
 			return total, nil
 		}
 		if err != nil {
 			return total, c.ioError(opError("read", c.laddr, c.raddr, err))
 		}
-		a, _ := c.myRing.Segments(c.rCons, avail)
-		n, werr := w.Write(c.ring.buf[a.Off:a.End()])
+		sp, seg := rs.at(c.rCons, avail)
+		n, werr := w.Write(sp.reg.buf[seg.Off:seg.End()])
 		total += int64(n)
 		c.consumed(uint64(n))
 		if werr != nil {

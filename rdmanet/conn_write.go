@@ -38,9 +38,12 @@ func (c *Conn) Write(b []byte) (int, error) {
 		if err != nil {
 			return n, c.ioError(opError("write", c.laddr, c.raddr, err))
 		}
-		a, s := c.stageRing.Segments(c.stProd, k)
-		m := copy(c.stage.buf[a.Off:a.End()], b[n:])
-		copy(c.stage.buf[s.Off:s.End()], b[n+m:])
+		// New bytes always go to the current staging region (only the
+		// writer, who holds writeMu, replaces it).
+		st := &c.stage.cur
+		a, s := st.r.Segments(c.stProd, k)
+		m := copy(st.reg.buf[a.Off:a.End()], b[n:])
+		copy(st.reg.buf[s.Off:s.End()], b[n+m:])
 		if !c.postData(k) {
 			return n, c.ioError(opError("write", c.laddr, c.raddr, net.ErrClosed))
 		}
@@ -90,7 +93,7 @@ func (c *Conn) reserve(want uint64) (uint64, error) {
 			c.mu.Unlock()
 			return 0, nil
 		}
-		space := min(c.peerRing.Free(c.sProd, c.sPeerCons), c.stageRing.Free(c.stProd, c.stCons), want, chunk(c.peerRing))
+		space := min(c.dst.free(c.sProd, c.sPeerCons), c.stage.free(c.stProd, c.stCons), want, chunk(c.dst.r))
 		// Up to two RDMA Writes per reservation, and a send-queue entry
 		// left for the control message that follows them.
 		if c.posted-c.completed+3 > uint64(c.cfg.sendDepth) {
@@ -136,7 +139,8 @@ func (c *Conn) postData(k uint64) bool {
 	c.sProd += k
 	c.stProd += k
 	seq := c.posted
-	r1, r2 := c.peerRing.Segments(rpos, k)
+	dst := c.dst
+	r1, r2 := dst.r.Segments(rpos, k)
 	nwr := uint64(1)
 	if r2.Len > 0 {
 		nwr = 2
@@ -152,14 +156,15 @@ func (c *Conn) postData(k uint64) bool {
 		if r.n == 0 {
 			break
 		}
-		a, b := c.stageRing.Segments(lpos, r.n)
+		st := &c.stage.cur
+		a, b := st.r.Segments(lpos, r.n)
 		iov := c.wrIOV[:1]
-		c.wrIOV[0] = c.stage.triplet(a.Off, a.Len)
+		c.wrIOV[0] = st.reg.triplet(a.Off, a.Len)
 		if b.Len > 0 {
-			c.wrIOV[1] = c.stage.triplet(b.Off, b.Len)
+			c.wrIOV[1] = st.reg.triplet(b.Off, b.Len)
 			iov = c.wrIOV[:2]
 		}
-		rmr := dat.RMRTriplet{Addr: c.peer.RingAddr + r.off, Length: uint32(r.n), Context: c.peer.RingKey}
+		rmr := dat.RMRTriplet{Addr: dst.addr + r.off, Length: uint32(r.n), Context: dst.key}
 		if err := c.ep.PostRDMAWrite(iov, seq, rmr, dat.CompletionSuppress); err != nil {
 			c.fail(err)
 			return true // the next reserve reports the failure
@@ -187,8 +192,9 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 			return total, c.ioError(opError("write", c.laddr, c.raddr, err))
 		}
 		// Read into the contiguous part only: one Read call per round.
-		a, _ := c.stageRing.Segments(c.stProd, k)
-		n, rerr := r.Read(c.stage.buf[a.Off:a.End()])
+		st := &c.stage.cur
+		a, _ := st.r.Segments(c.stProd, k)
+		n, rerr := r.Read(st.reg.buf[a.Off:a.End()])
 		if n > 0 {
 			if !c.postData(uint64(n)) {
 				return total, c.ioError(opError("write", c.laddr, c.raddr, net.ErrClosed))
@@ -211,7 +217,7 @@ func (c *Conn) writeInline(b []byte) bool {
 	c.postMu.Lock()
 	defer c.postMu.Unlock()
 	c.mu.Lock()
-	if c.finWanted || !c.canControlLocked() || c.peerRing.Free(c.sProd, c.sPeerCons) < uint64(len(b)) {
+	if c.finWanted || !c.canControlLocked() || c.dst.free(c.sProd, c.sPeerCons) < uint64(len(b)) {
 		c.mu.Unlock()
 		return false
 	}

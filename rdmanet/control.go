@@ -44,7 +44,7 @@ func (c *Conn) wantControlLocked() bool {
 	return c.sProd != c.sProdSent ||
 		(c.finWanted && !c.finSent) ||
 		c.firstDue ||
-		c.myRing.ReturnDue(c.rProd, c.rCons, c.rReported, c.cfg.batch, c.cfg.urgent) ||
+		c.returnDueLocked() ||
 		c.cc.grantDue()
 }
 
@@ -175,7 +175,7 @@ func (c *Conn) postControlLocked(payload []byte) {
 func (c *Conn) signalDueLocked() bool {
 	return c.finSent ||
 		c.posted-c.signaled >= uint64(c.cfg.sendDepth/4) ||
-		c.stProd-c.stageAtSignal() >= c.stageRing.Size/4
+		c.stProd-c.stageAtSignal() >= c.stage.size()/4
 }
 
 // stageAtSignal is the staging position the last signaled request covers.
@@ -184,4 +184,12 @@ func (c *Conn) stageAtSignal() uint64 {
 		return 0
 	}
 	return c.stageEnd[(c.signaled-1)%uint64(c.cfg.sendDepth)]
+}
+
+// returnDueLocked decides whether our consumer position should go to the
+// peer now (ring.ReturnDue), with batches sized from the current ring.
+// Callers hold c.mu.
+func (c *Conn) returnDueLocked() bool {
+	size := c.recv.size()
+	return c.recv.cur.r.ReturnDue(c.rProd, max(c.rCons, c.recv.cur.start), max(c.rReported, c.recv.cur.start), size/4, size/32)
 }

@@ -114,8 +114,8 @@ func (c *Conn) applyLocked(m *wire.Control) error {
 	switch {
 	case m.Seq != c.ctrlIn:
 		return errProtocol("control message %d, expected %d", m.Seq, c.ctrlIn)
-	case m.Prod-uint64(len(inline)) < c.rProd || m.Prod < uint64(len(inline)) || !c.myRing.Valid(m.Prod, c.rCons):
-		return errProtocol("producer position %d (ours: %d consumed of a %d-byte ring)", m.Prod, c.rCons, c.myRing.Size)
+	case m.Prod-uint64(len(inline)) < c.rProd || m.Prod-uint64(len(inline)) < c.recv.cur.start || !c.recv.valid(m.Prod, c.rCons):
+		return errProtocol("producer position %d (ours: %d consumed of a %d-byte ring)", m.Prod, c.rCons, c.recv.size())
 	case c.rFIN && m.Prod != c.rProd:
 		return errProtocol("data after FIN")
 	case m.Cons < c.sPeerCons || m.Cons > c.sProd:
@@ -129,9 +129,11 @@ func (c *Conn) applyLocked(m *wire.Control) error {
 		// The bytes [prod−L, prod) are free ring space the peer wrote
 		// into the message instead; the reader sees none of it before
 		// rProd moves below.
-		a, b := c.myRing.Segments(m.Prod-uint64(len(inline)), uint64(len(inline)))
-		k := copy(c.ring.buf[a.Off:a.End()], inline)
-		copy(c.ring.buf[b.Off:b.End()], inline[k:])
+		// (They are in the current ring: checked above.)
+		cur := &c.recv.cur
+		a, b := cur.r.Segments(m.Prod-uint64(len(inline)), uint64(len(inline)))
+		k := copy(cur.reg.buf[a.Off:a.End()], inline)
+		copy(cur.reg.buf[b.Off:b.End()], inline[k:])
 	}
 	c.rProd, c.sPeerCons = m.Prod, m.Cons
 	c.cc.received(m.Grant)

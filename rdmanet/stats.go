@@ -116,7 +116,7 @@ func (c *Conn) waitCauseLocked() waitCause {
 	switch {
 	case !c.cc.canSend() && c.sProd != c.sProdSent:
 		return waitCredit
-	case c.peerRing.Free(c.sProd, c.sPeerCons) == 0:
+	case c.dst.free(c.sProd, c.sPeerCons) == 0:
 		return waitRing
 	}
 	return waitSendQueue
@@ -197,7 +197,7 @@ func (c *Conn) Stats() Stats {
 		SendQueueWaits: c.st.waits[waitSendQueue], SendQueueTime: c.st.waited[waitSendQueue],
 		Errors: c.st.errors,
 		Params: Params{
-			Version: int(c.peer.Version), RecvRing: int(c.myRing.Size), SendRing: int(c.peerRing.Size),
+			Version: int(c.peer.Version), RecvRing: int(c.recv.size()), SendRing: int(c.dst.r.Size),
 			BufferSize: c.cfg.bufSize, Credits: c.cfg.recvs, PeerCredits: int(c.peer.Credits),
 			SendDepth: c.cfg.sendDepth, Poll: pollString(c.cfg.poll),
 		},

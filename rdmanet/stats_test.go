@@ -113,7 +113,7 @@ func TestStatsRingFullWait(t *testing.T) {
 // TestWaitCause checks how a wait is attributed, on hand-made states.
 func TestWaitCause(t *testing.T) {
 	mk := func() *Conn {
-		c := &Conn{peerRing: ring.Ring{Size: 4096}}
+		c := &Conn{dst: peerRing{r: ring.Ring{Size: 4096}}}
 		c.cc = credits{avail: 4, k: 4}
 		return c
 	}
