@@ -47,6 +47,9 @@ type EP struct {
 	// connQual is the qualifier this EP connected to (active side), kept
 	// as given so dup_connect is exact.
 	connQual ConnQual
+	// connOpts are the options of the EP's active connections
+	// (SetConnectOptions); nil: none.
+	connOpts *ConnectOptions
 
 	// recvPosted records that a Recv was ever posted, which freezes the
 	// recv completion flags ([SEED-modify]).

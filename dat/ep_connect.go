@@ -94,6 +94,10 @@ func (ep *EP) connectArgs(op string, qual ConnQual, qualArg int, timeout Timeout
 // provider's connect in the background. Callers hold ia.mu.
 func (ep *EP) startConnectLocked(op string, remote netip.Addr, qual ConnQual, timeout Timeout, privateData []byte) error {
 	ia := ep.ia
+	opts, err := ep.connectOptionsLocked(op)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	timed := false
 	if d, finite := timeout.Duration(); finite {
@@ -113,7 +117,7 @@ func (ep *EP) startConnectLocked(op string, remote netip.Addr, qual ConnQual, ti
 	go func() {
 		defer ia.bg.Done()
 		defer cancel()
-		res, err := qp.Connect(ctx, dst, pd)
+		res, err := connectQP(ctx, qp, dst, pd, opts)
 		ep.connectDone(a, qp, res, err, timed)
 	}()
 	return nil

@@ -3,6 +3,7 @@ package dat
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
@@ -63,6 +64,10 @@ type IAOptions struct {
 	// Poll says how the IA's waiters wait for completions (default:
 	// PollAdaptive with the provider's spin).
 	Poll PollPolicy
+	// Logger receives the provider's diagnostics at Debug level, for a
+	// provider that takes one (driver.ConfigOpener; the verbs provider
+	// does). Nil means slog.Default() at the time of logging.
+	Logger *slog.Logger
 }
 
 // OpenIA opens the IA called name (dat_ia_open). The name is looked up in
@@ -90,7 +95,12 @@ func OpenIA(ctx context.Context, name string, opts *IAOptions) (*IA, error) {
 	if !ok {
 		return nil, &Error{Code: ClassError | ProviderNotFound | Return(NameNotRegistered), Op: op, Err: errors.New(missingProvider(entry))}
 	}
-	p, err := d.Open(ctx, entry.Args)
+	var p driver.IA
+	if co, ok := d.(driver.ConfigOpener); ok {
+		p, err = co.OpenWith(ctx, driver.OpenConfig{Args: entry.Args, Logger: opts.Logger})
+	} else {
+		p, err = d.Open(ctx, entry.Args)
+	}
 	if err != nil {
 		return nil, providerError(op, err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"syscall"
+	"time"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
 )
@@ -41,6 +43,19 @@ type PSPOptions struct {
 	// connections are not set up over a TCP socket of their own (verbs,
 	// through rdma_cm) ignore it.
 	Fallback func(net.Conn)
+	// Control, if not nil, is called on the listening socket after it is
+	// created and before it is bound, as net.ListenConfig.Control (network
+	// "tcp4" or "tcp6", the listen address); an error it returns fails
+	// the creation. An extension beyond DAT; providers that do not listen
+	// on a socket of their own (verbs) ignore it.
+	Control func(network, address string, c syscall.RawConn) error
+	// KeepAlive and KeepAliveConfig set up dead-peer detection on the
+	// connections accepted through the PSP, with the conventions of
+	// net.ListenConfig (zero: probes after 15 s idle; negative KeepAlive:
+	// off) and the behaviour ConnectOptions.KeepAlive describes. An
+	// extension beyond DAT.
+	KeepAlive       time.Duration
+	KeepAliveConfig net.KeepAliveConfig
 }
 
 // CreatePSP starts listening on qual (dat_psp_create). Requests are
@@ -78,7 +93,8 @@ func (ia *IA) createPSP(op string, qual ConnQual, evd *EVD, flags PSPFlags, opts
 	if err := ia.attachCREVD(op, evd); err != nil {
 		return nil, err
 	}
-	lis, err := ia.prov.Listen(driver.ListenConfig{Port: uint16(qual), Backlog: opts.Backlog, SharePort: opts.SharePort, Fallback: opts.Fallback})
+	lis, err := ia.prov.Listen(driver.ListenConfig{Port: uint16(qual), Backlog: opts.Backlog, SharePort: opts.SharePort, Fallback: opts.Fallback,
+		Control: opts.Control, KeepAlive: opts.KeepAlive, KeepAliveConfig: opts.KeepAliveConfig})
 	if err != nil {
 		ia.detachCREVD(evd)
 		return nil, providerError(op, err)

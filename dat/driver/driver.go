@@ -13,8 +13,11 @@
 // Eight interfaces, thirty methods: Driver (1), IA (6), PD (2), MR (4), CQ
 // (4), QP (6), Listener (3) and Request (4). What only some providers can
 // do is an optional interface, found by type assertion as database/sql
-// finds driver.Pinger: SRQCreator on an IA, WindowAllocator on a PD and
-// WindowBinder on a QP.
+// finds driver.Pinger: ConfigOpener on a Driver (a logger for the IA),
+// SRQCreator on an IA, WindowAllocator on a PD, and WindowBinder and
+// OptionsConnector (a local address and port, a socket hook, keepalive)
+// on a QP. Options of a listener are fields of ListenConfig, which a
+// provider may ignore where they do not apply.
 //
 // # Completions are pulled
 //

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"syscall"
 	"time"
 )
 
@@ -160,6 +161,17 @@ type ListenConfig struct {
 	// than serve it. Providers whose connections are not set up over a
 	// TCP socket of their own (verbs: rdma_cm) ignore it.
 	Fallback func(c net.Conn)
+	// Control, if not nil, is called on the listening socket after it is
+	// created and before it is bound, with the network ("tcp4" or "tcp6")
+	// and the listen address, as net.ListenConfig's Control. An error it
+	// returns fails Listen. Providers that do not listen on a socket of
+	// their own (verbs) ignore it.
+	Control func(network, address string, c syscall.RawConn) error
+	// KeepAlive and KeepAliveConfig set up dead-peer detection on the
+	// connections accepted through the listener, as they do on
+	// net.ListenConfig's; see ResolveKeepAlive.
+	KeepAlive       time.Duration
+	KeepAliveConfig net.KeepAliveConfig
 }
 
 // ConnectResult describes an established connection.
