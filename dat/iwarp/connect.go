@@ -17,10 +17,26 @@ import (
 
 // Connect establishes a connection to remote (a *net.TCPAddr whose port is
 // the connection qualifier) as the MPA initiator, sending privateData in
-// the MPA Request. The package documentation lists how each outcome is
-// reported. On success the QP owns the TCP connection; the startup rule
-// then requires this side to send the first FPDU.
+// the MPA Request. It is ConnectWith with no options.
 func (q *QP) Connect(ctx context.Context, remote net.Addr, privateData []byte) (driver.ConnectResult, error) {
+	return q.ConnectWith(ctx, remote, privateData, driver.ConnectOptions{})
+}
+
+// ConnectWith establishes a connection to remote (a *net.TCPAddr whose
+// port is the connection qualifier) as the MPA initiator, sending
+// privateData in the MPA Request. The package documentation lists how
+// each outcome is reported. On success the QP owns the TCP connection;
+// the startup rule then requires this side to send the first FPDU.
+//
+// The options reach the TCP socket as they would through net.Dialer:
+// LocalAddr is the address the socket is bound to (its IP, when
+// specified, must be the IA's if the IA is bound to one), Control runs
+// before the socket is bound and connected, and KeepAlive and
+// KeepAliveConfig become the socket's TCP keepalive (see
+// driver.ResolveKeepAlive), with TCP_USER_TIMEOUT set to the same
+// Idle + Interval × Count on Linux so that a peer gone while data was in
+// flight, when TCP sends no keepalive, is given up as soon.
+func (q *QP) ConnectWith(ctx context.Context, remote net.Addr, privateData []byte, opts driver.ConnectOptions) (driver.ConnectResult, error) {
 	raddr, err := provkit.RemoteTCPAddr(remote)
 	if err != nil {
 		return driver.ConnectResult{}, fmt.Errorf("iwarp: connect %v: %w", remote, err)
@@ -29,11 +45,15 @@ func (q *QP) Connect(ctx context.Context, remote net.Addr, privateData []byte) (
 	if len(privateData) > MaxPrivateData {
 		return driver.ConnectResult{}, fmt.Errorf("%s: %d bytes of private data exceed the limit of %d", prefix, len(privateData), MaxPrivateData)
 	}
+	d, err := q.ia.dialer(opts)
+	if err != nil {
+		return driver.ConnectResult{}, fmt.Errorf("%s: %w", prefix, err)
+	}
 	actx, a, cfg, err := q.beginAttempt(ctx, "connect")
 	if err != nil {
 		return driver.ConnectResult{}, err
 	}
-	c, res, err := q.ia.initiate(ctx, actx, raddr, cfg, privateData)
+	c, res, err := q.ia.initiate(ctx, actx, d, raddr, cfg, privateData)
 	if err = q.finishAttempt(a, c, err); err != nil {
 		return driver.ConnectResult{}, fmt.Errorf("%s: %w", prefix, err)
 	}
@@ -41,14 +61,40 @@ func (q *QP) Connect(ctx context.Context, remote net.Addr, privateData []byte) (
 	return res, nil
 }
 
-// initiate runs the initiator side: TCP connect, MPA Request, MPA Reply.
-// ctx is the caller's context (its deadline and cancellation are reported
-// as such), actx additionally carries local aborts.
-func (ia *IA) initiate(ctx, actx context.Context, raddr *net.TCPAddr, cfg driver.QPConfig, pdata []byte) (*connection, driver.ConnectResult, error) {
-	d := net.Dialer{}
-	if ia.opts.ip != nil {
-		d.LocalAddr = &net.TCPAddr{IP: ia.opts.ip}
+// dialer returns the net.Dialer of a connection with opts.
+func (ia *IA) dialer(opts driver.ConnectOptions) (*net.Dialer, error) {
+	d := &net.Dialer{ControlContext: opts.Control}
+	ka := driver.ResolveKeepAlive(opts.KeepAlive, opts.KeepAliveConfig)
+	if ka.Enable {
+		d.KeepAliveConfig = ka
+	} else {
+		d.KeepAlive = -1
 	}
+	local := &net.TCPAddr{IP: ia.opts.ip}
+	if opts.LocalAddr != nil {
+		la, err := provkit.LocalTCPAddr(opts.LocalAddr)
+		if err != nil {
+			return nil, err
+		}
+		if la.IP != nil && !la.IP.IsUnspecified() {
+			if ia.opts.ip != nil && !la.IP.Equal(ia.opts.ip) {
+				return nil, fmt.Errorf("local address %v is not the IA's %v: %w", la.IP, ia.opts.ip, driver.ErrInvalidAddress)
+			}
+			local.IP = la.IP
+			local.Zone = la.Zone
+		}
+		local.Port = la.Port
+	}
+	if local.IP != nil || local.Port != 0 {
+		d.LocalAddr = local
+	}
+	return d, nil
+}
+
+// initiate runs the initiator side: TCP connect with d, MPA Request, MPA
+// Reply. ctx is the caller's context (its deadline and cancellation are
+// reported as such), actx additionally carries local aborts.
+func (ia *IA) initiate(ctx, actx context.Context, d *net.Dialer, raddr *net.TCPAddr, cfg driver.QPConfig, pdata []byte) (*connection, driver.ConnectResult, error) {
 	nc, err := d.DialContext(actx, "tcp", raddr.String())
 	if err != nil {
 		// A full listener's reset can come so quickly that the connect
@@ -57,6 +103,11 @@ func (ia *IA) initiate(ctx, actx context.Context, raddr *net.TCPAddr, cfg driver
 	}
 	tc := nc.(*net.TCPConn)
 	_ = tc.SetNoDelay(true) // siw_tcp_nagle = false
+	setUserTimeout(tc, d.KeepAliveConfig)
+	// A connection from a port of the caller's choosing is reset rather
+	// than closed when it fails, so that the port is free at once for
+	// another attempt (rdmanet's TCP fallback dials from the same one).
+	fixedPort := d.LocalAddr != nil && d.LocalAddr.(*net.TCPAddr).Port != 0
 
 	// The Reply must arrive within rep_timeout (siw MPAREQ_TIMEOUT) or
 	// the caller's deadline, whichever is first; cancellation or a local
@@ -77,9 +128,10 @@ func (ia *IA) initiate(ctx, actx context.Context, raddr *net.TCPAddr, cfg driver
 		err = context.Cause(actx)
 	}
 	if err != nil {
-		if errors.Is(err, driver.ErrNotRDMAPeer) {
-			// Whatever the server sent is unread: reset at once
-			// rather than leave it a half-closed connection.
+		if fixedPort || errors.Is(err, driver.ErrNotRDMAPeer) {
+			// Whatever a server of another protocol sent is unread,
+			// and a port of the caller's choosing must be free at
+			// once: reset rather than leave a half-closed connection.
 			resetClose(tc)
 		} else {
 			_ = tc.Close()

@@ -42,6 +42,9 @@ type Listener struct {
 	requestTimeout time.Duration
 	fallbackWait   time.Duration
 	fallback       func(net.Conn)
+	// keepAlive is the accepted connections' keepalive (resolved), which
+	// an MPA connection's TCP_USER_TIMEOUT follows (see setUserTimeout).
+	keepAlive net.KeepAliveConfig
 
 	ready chan *Request // parsed, not yet returned by Accept; cap backlog
 	done  chan struct{} // closed by Close
@@ -119,11 +122,15 @@ func listen(ia *IA, cfg driver.ListenConfig) (*Listener, error) {
 	}
 	addr := net.JoinHostPort(host, strconv.Itoa(int(cfg.Port)))
 	// Go sets SO_REUSEADDR on listeners, like siw, and passes
-	// net.core.somaxconn to listen(2) as the accept queue's depth.
-	var lc net.ListenConfig
-	if cfg.SharePort {
-		lc.Control = reuseport.Control // SO_REUSEPORT + SO_REUSEADDR
+	// net.core.somaxconn to listen(2) as the accept queue's depth. The
+	// keepalive configuration is applied by package net to every
+	// connection accepted, as for a plain TCP listener.
+	ka := driver.ResolveKeepAlive(cfg.KeepAlive, cfg.KeepAliveConfig)
+	lc := net.ListenConfig{KeepAlive: -1}
+	if ka.Enable {
+		lc.KeepAliveConfig = ka
 	}
+	lc.Control = listenControl(cfg.SharePort, cfg.Control)
 	tl, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		switch {
@@ -142,12 +149,30 @@ func listen(ia *IA, cfg driver.ListenConfig) (*Listener, error) {
 		requestTimeout: ia.opts.requestTimeout,
 		fallbackWait:   ia.opts.fallbackWait,
 		fallback:       cfg.Fallback,
+		keepAlive:      ka,
 		ready:          make(chan *Request, backlog),
 		done:           make(chan struct{}),
 	}
 	l.wg.Add(1)
 	go l.acceptLoop()
 	return l, nil
+}
+
+// listenControl combines what runs on a listening socket before it is
+// bound: SO_REUSEPORT for a shared port, then the consumer's hook.
+func listenControl(share bool, user func(network, address string, c syscall.RawConn) error) func(network, address string, c syscall.RawConn) error {
+	switch {
+	case !share:
+		return user
+	case user == nil:
+		return reuseport.Control // SO_REUSEPORT + SO_REUSEADDR
+	}
+	return func(network, address string, c syscall.RawConn) error {
+		if err := reuseport.Control(network, address, c); err != nil {
+			return err
+		}
+		return user(network, address, c)
+	}
 }
 
 // Addr is the bound address, with the real port when Port was 0.

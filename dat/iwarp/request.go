@@ -91,6 +91,7 @@ func (r *Request) Accept(ctx context.Context, qp driver.QP, privateData []byte) 
 	err = r.send(ctx, actx, &rep)
 	var c *connection
 	if err == nil {
+		setUserTimeout(r.tc, r.l.keepAlive)
 		c = newConnection(r.tc, info)
 	} else {
 		resetClose(r.tc)

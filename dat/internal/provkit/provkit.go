@@ -70,6 +70,26 @@ func RemoteTCPAddr(a net.Addr) (*net.TCPAddr, error) {
 	return ta, nil
 }
 
+// LocalTCPAddr converts the local address of driver.ConnectOptions: a
+// *net.TCPAddr, or any net.Addr whose String is "ip:port". The IP may be
+// nil or unspecified and the port 0 (the provider picks them).
+func LocalTCPAddr(a net.Addr) (*net.TCPAddr, error) {
+	switch v := a.(type) {
+	case *net.TCPAddr:
+		if v.Port < 0 || v.Port > 0xFFFF {
+			return nil, fmt.Errorf("local address %v: port out of range: %w", v, driver.ErrInvalidAddress)
+		}
+		return v, nil
+	case nil:
+		return &net.TCPAddr{}, nil
+	}
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return nil, fmt.Errorf("local address %q: %v: %w", a.String(), err, driver.ErrInvalidAddress)
+	}
+	return net.TCPAddrFromAddrPort(ap), nil
+}
+
 // AcceptQueued is a Listener's Accept over a queue of ready requests:
 // the next request, or net.ErrClosed once done is closed, or ctx's error.
 // closed reports whether the listener was closed meanwhile, in which case

@@ -1,0 +1,41 @@
+//go:build linux
+
+package iwarp
+
+import (
+	"net"
+	"syscall"
+	"time"
+)
+
+// tcpUserTimeout is TCP_USER_TIMEOUT (linux/tcp.h), which package syscall
+// does not name.
+const tcpUserTimeout = 0x12
+
+// setUserTimeout bounds how long data may stay unacknowledged on tc by
+// the time TCP keepalive takes to give up a silent peer: Idle + Interval ×
+// Count of the socket's keepalive, read back from the socket so that
+// fields ka leaves to the system count as the system's. TCP sends no
+// keepalive probe while data is in flight, and without it a peer that
+// vanished under a blocked writer would be retransmitted to for the
+// system's tcp_retries2 (about 15 minutes). With keepalive on, Linux also
+// uses this bound for the keepalive verdict itself, which it equals.
+func setUserTimeout(tc *net.TCPConn, ka net.KeepAliveConfig) {
+	if !ka.Enable {
+		return
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		idle, err1 := syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE)
+		intvl, err2 := syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_KEEPINTVL)
+		cnt, err3 := syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_KEEPCNT)
+		if err1 != nil || err2 != nil || err3 != nil {
+			return
+		}
+		d := time.Duration(idle+intvl*cnt) * time.Second
+		_ = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, tcpUserTimeout, int(d/time.Millisecond))
+	})
+}

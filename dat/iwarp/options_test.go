@@ -1,0 +1,193 @@
+package iwarp_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/rdmanet/dat/driver"
+	"github.com/rdmanet/rdmanet/dat/iwarp"
+)
+
+var _ driver.OptionsConnector = (*iwarp.QP)(nil)
+
+// sockopts are the keepalive settings of a connection's socket.
+type sockopts struct {
+	keepalive, idle, intvl, cnt int
+	userTimeout                 int // ms; -1 where not Linux
+}
+
+func readSockopts(t *testing.T, q *iwarp.QP) sockopts {
+	t.Helper()
+	rc := iwarp.QPSocket(q)
+	if rc == nil {
+		t.Fatal("QP has no connection")
+	}
+	var o sockopts
+	var errs []error
+	get := func(fd uintptr, level, opt int) int {
+		v, err := syscall.GetsockoptInt(int(fd), level, opt)
+		errs = append(errs, err)
+		return v
+	}
+	if err := rc.Control(func(fd uintptr) {
+		o.keepalive = get(fd, syscall.SOL_SOCKET, syscall.SO_KEEPALIVE)
+		o.idle = get(fd, syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE)
+		o.intvl = get(fd, syscall.IPPROTO_TCP, syscall.TCP_KEEPINTVL)
+		o.cnt = get(fd, syscall.IPPROTO_TCP, syscall.TCP_KEEPCNT)
+		o.userTimeout = -1
+		if runtime.GOOS == "linux" {
+			o.userTimeout = get(fd, syscall.IPPROTO_TCP, 0x12) // TCP_USER_TIMEOUT
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("getsockopt: %v", err)
+	}
+	return o
+}
+
+// connectWith connects a fresh initiator QP with opts to a listener made
+// with lcfg, both on fresh IAs on 127.0.0.1.
+func connectWith(t *testing.T, opts driver.ConnectOptions, lcfg driver.ListenConfig) (pair, *iwarp.Request) {
+	t.Helper()
+	ctx := testCtx(t)
+	ini, resp := openIA(t), openIA(t)
+	l := listen(t, resp, lcfg)
+	p := pair{iniRec: newSink(), respRec: newSink()}
+	p.ini = newQP(t, ini, defaultQPConfig, p.iniRec)
+	p.resp = newQP(t, resp, defaultQPConfig, p.respRec)
+	ch := make(chan connectResult, 1)
+	go func() {
+		res, err := p.ini.ConnectWith(ctx, l.Addr(), nil, opts)
+		ch <- connectResult{res, err}
+	}()
+	r := accept(t, ctx, l)
+	if _, err := r.Accept(ctx, p.resp, nil); err != nil {
+		t.Fatalf("accept request: %v", err)
+	}
+	if res := waitConnect(t, ch); res.err != nil {
+		t.Fatalf("connect: %v", res.err)
+	}
+	return p, r
+}
+
+// TestKeepAliveOptions: both ends of a connection get TCP keepalive as
+// net.Dialer and net.ListenConfig would set it, and a user timeout of
+// Idle + Interval × Count.
+func TestKeepAliveOptions(t *testing.T) {
+	leakCheck(t)
+	short := net.KeepAliveConfig{Enable: true, Idle: 2 * time.Second, Interval: time.Second, Count: 3}
+	for _, tc := range []struct {
+		name     string
+		ka       time.Duration
+		cfg      net.KeepAliveConfig
+		want     sockopts
+		wantNoKA bool
+	}{
+		{name: "default", want: sockopts{1, 15, 15, 9, 150_000}},
+		{name: "period", ka: 5 * time.Second, want: sockopts{1, 5, 15, 9, 140_000}},
+		{name: "config", cfg: short, want: sockopts{1, 2, 1, 3, 5_000}},
+		{name: "config wins over negative", ka: -1, cfg: short, want: sockopts{1, 2, 1, 3, 5_000}},
+		{name: "off", ka: -1, wantNoKA: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, _ := connectWith(t, driver.ConnectOptions{KeepAlive: tc.ka, KeepAliveConfig: tc.cfg},
+				driver.ListenConfig{KeepAlive: tc.ka, KeepAliveConfig: tc.cfg})
+			for _, q := range []*iwarp.QP{p.ini, p.resp} {
+				got := readSockopts(t, q)
+				if tc.wantNoKA {
+					if got.keepalive != 0 || (got.userTimeout != -1 && got.userTimeout != 0) {
+						t.Errorf("keepalive off: got %+v", got)
+					}
+					continue
+				}
+				want := tc.want
+				if runtime.GOOS != "linux" {
+					want.userTimeout = -1
+				}
+				if got != want {
+					t.Errorf("got %+v, want %+v", got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestConnectLocalPort: the initiator's socket is bound to the local port
+// asked for, which the responder sees as the remote port; an address
+// other than the IA's is refused.
+func TestConnectLocalPort(t *testing.T) {
+	leakCheck(t)
+	port := freePort(t)
+	p, r := connectWith(t, driver.ConnectOptions{LocalAddr: &net.TCPAddr{Port: port}}, driver.ListenConfig{})
+	if got := r.Info().Remote.(*net.TCPAddr).Port; got != port {
+		t.Errorf("responder sees remote port %d, want %d", got, port)
+	}
+	if info, _ := p.ini.ConnInfo(); info.Local.(*net.TCPAddr).Port != port {
+		t.Errorf("initiator's local address %v, want port %d", info.Local, port)
+	}
+
+	ia := openIA(t)
+	q := newQP(t, ia, defaultQPConfig, nil)
+	_, err := q.ConnectWith(testCtx(t), &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}, nil,
+		driver.ConnectOptions{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}})
+	if !errors.Is(err, driver.ErrInvalidAddress) {
+		t.Errorf("connect from an address not the IA's: %v, want ErrInvalidAddress", err)
+	}
+}
+
+// freePort returns a TCP port of 127.0.0.1 that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestControl: the Control hooks of connect and listen run on the sockets
+// with the network and address net's would get, and an error they return
+// fails the call with that error.
+func TestControl(t *testing.T) {
+	leakCheck(t)
+	type call struct{ network, address string }
+	dialed := make(chan call, 1)
+	listened := make(chan call, 1)
+	opts := driver.ConnectOptions{Control: func(ctx context.Context, network, address string, c syscall.RawConn) error {
+		dialed <- call{network, address}
+		return nil
+	}}
+	lcfg := driver.ListenConfig{Control: func(network, address string, c syscall.RawConn) error {
+		listened <- call{network, address}
+		return nil
+	}}
+	p, _ := connectWith(t, opts, lcfg)
+	info, _ := p.resp.ConnInfo()
+	if got := <-dialed; got.network != "tcp4" || got.address != info.Local.String() {
+		t.Errorf("connect Control(%q, %q), want (tcp4, %v)", got.network, got.address, info.Local)
+	}
+	if got := <-listened; got.network != "tcp4" || got.address != net.JoinHostPort("127.0.0.1", "0") {
+		t.Errorf("listen Control(%q, %q), want (tcp4, 127.0.0.1:0)", got.network, got.address)
+	}
+
+	boom := errors.New("boom")
+	ia := openIA(t)
+	l := listen(t, ia, driver.ListenConfig{})
+	q := newQP(t, ia, defaultQPConfig, nil)
+	_, err := q.ConnectWith(testCtx(t), l.Addr(), nil, driver.ConnectOptions{
+		Control: func(context.Context, string, string, syscall.RawConn) error { return boom }})
+	if !errors.Is(err, boom) {
+		t.Errorf("connect with a failing Control: %v, want boom", err)
+	}
+	if _, err := ia.Listen(driver.ListenConfig{Control: func(string, string, syscall.RawConn) error { return boom }}); !errors.Is(err, boom) {
+		t.Errorf("listen with a failing Control: %v, want boom", err)
+	}
+}
