@@ -64,6 +64,28 @@
 // connect, accept and reject, and treats an incoming frame carrying more
 // than 252 consumer bytes (or a PD_Length above 256) as a protocol error.
 //
+// # Socket options and keepalive
+//
+// QP implements driver.OptionsConnector, and its ConnectWith hands the
+// options to the initiator's TCP socket as a net.Dialer would: it is
+// bound to ConnectOptions.LocalAddr (port included), Control runs on it
+// before it connects, and KeepAlive and KeepAliveConfig become its TCP
+// keepalive, with package net's defaults (probes after 15 s of silence,
+// every 15 s, 9 of them). A listener does the same with the Control,
+// KeepAlive and KeepAliveConfig of its ListenConfig, for the listening
+// socket and the connections it accepts. On Linux an MPA connection with
+// keepalive also gets TCP_USER_TIMEOUT of Idle + Interval × Count: TCP
+// sends no keepalive while data is unacknowledged, so without it a
+// writer whose peer vanished mid-transfer would wait for the system's
+// retransmission limit (about 15 minutes). A connection ended by either
+// reports OnDisconnect with the socket's error, which wraps
+// syscall.ETIMEDOUT (or EHOSTUNREACH, when the peer was on the same link
+// and stopped answering neighbour discovery too).
+//
+// An attempt from a fixed local port that fails is reset rather than
+// closed, so that the port is free at once (no TIME_WAIT) for another
+// attempt or a plain TCP fallback.
+//
 // # Outcomes of Connect
 //
 //	MPA Reply with R=1                  *driver.RejectError (peer reject)
