@@ -15,12 +15,29 @@ import (
 	"unsafe"
 )
 
-// errnoOf turns a shim result (0 or -errno) into an error.
-func errnoOf(rc C.int) error {
-	if rc == 0 {
+// noErrnoRC is the shims' result for a call that failed without setting
+// errno.
+const noErrnoRC = -C.SHIM_NO_ERRNO
+
+// errnoOf turns a shim result (0, -errno or -SHIM_NO_ERRNO) into an
+// error: nil, a syscall.Errno, or ErrNoErrno.
+func errnoOf(rc C.int) error { return rcError(int(rc)) }
+
+func rcError(rc int) error {
+	switch rc {
+	case 0:
 		return nil
+	case noErrnoRC:
+		return ErrNoErrno
 	}
 	return syscall.Errno(-rc)
+}
+
+// silentFailure runs the shims' errno pattern around a call that fails
+// without setting errno, after an earlier call left stale in errno. For
+// the tests: the result must be ErrNoErrno, never stale.
+func silentFailure(stale syscall.Errno) error {
+	return errnoOf(C.shim_test_silent_failure(C.int(stale)))
 }
 
 // ipBytes returns ip as 4 bytes for IPv4 (including v4-mapped) or 16.

@@ -21,12 +21,17 @@ import (
 // the ibv_qp is destroyed anyway. A variable so that tests can shorten it.
 var drainTimeout = 2 * time.Second
 
-// Room kept in the ibv_qp beyond the configured depths: the send queue
-// takes one window bind (binds are serialised, bindMu).
-const (
-	extraSendWR = 1
-	extraRecvWR = 0
-)
+// extraSendWR is the room kept in the send queue beyond the configured
+// depth on a device with memory windows: one window bind (binds are
+// serialised, bindMu). Elsewhere nothing but the consumer's requests is
+// posted. The room is not free: siw rounds a queue up to a power of two,
+// and 64 requests plus one would double the send queue's pages.
+func (ia *IA) extraSendWR() int {
+	if ia.lim.windows {
+		return 1
+	}
+	return 0
+}
 
 // newConnID creates an rdma_cm id on the IA's channel whose events go to q.
 func (q *QP) newConnID() (*conn, error) {
@@ -34,7 +39,7 @@ func (q *QP) newConnID() (*conn, error) {
 	c.key = register(q)
 	if rc := C.shim_create_id(q.ia.ch, &c.id, C.uintptr_t(c.key)); rc != 0 {
 		unregister(c.key)
-		return nil, fmt.Errorf("rdma_create_id: %w", errnoOf(rc))
+		return nil, localError("rdma_create_id", errnoOf(rc))
 	}
 	return c, nil
 }
@@ -51,7 +56,7 @@ func (q *QP) createVerbsQP(c *conn, cfg driver.QPConfig) (err error) {
 	}
 	var srq *C.struct_ibv_srq
 	s, _ := cfg.SRQ.(*SRQ)
-	sendWR, recvWR := max(cfg.MaxSendWR, 1)+extraSendWR, max(cfg.MaxRecvWR, 1)+extraRecvWR
+	sendWR, recvWR := max(cfg.MaxSendWR, 1)+q.ia.extraSendWR(), max(cfg.MaxRecvWR, 1)
 	sEnt, rEnt := sendWR, recvWR
 	if s != nil {
 		srq = s.srq
@@ -72,23 +77,25 @@ func (q *QP) createVerbsQP(c *conn, cfg driver.QPConfig) (err error) {
 	if rcq == nil {
 		rcq = scq
 	}
-	if err := scq.attach(sEnt); err != nil {
+	sseg, err := scq.attach(sEnt)
+	if err != nil {
 		return err
 	}
-	if err := rcq.attach(rEnt); err != nil {
-		scq.detach(sEnt)
+	rseg, err := rcq.attach(rEnt)
+	if err != nil {
+		scq.detach(sseg, sEnt)
 		return err
 	}
-	c.scq, c.rcq, c.sEnt, c.rEnt = scq, rcq, sEnt, rEnt
+	c.scq, c.rcq, c.sseg, c.rseg, c.sEnt, c.rEnt = scq, rcq, sseg, rseg, sEnt, rEnt
 	q.srq = s
-	rc := C.shim_create_qp(c.id, pd.pd, scq.cq, rcq.cq, srq,
+	rc := C.shim_create_qp(c.id, pd.pd, sseg.cq, rseg.cq, srq,
 		C.uint32_t(sendWR), C.uint32_t(recvWR),
 		C.uint32_t(max(cfg.MaxSendSGE, 1)), C.uint32_t(max(cfg.MaxRecvSGE, 1)), C.uintptr_t(q.key))
 	if rc != 0 {
-		scq.detach(sEnt)
-		rcq.detach(rEnt)
-		c.scq, c.rcq = nil, nil
-		return fmt.Errorf("rdma_create_qp: %v: %w", errnoOf(rc), driver.ErrResources)
+		scq.detach(sseg, sEnt)
+		rcq.detach(rseg, rEnt)
+		c.scq, c.rcq, c.sseg, c.rseg = nil, nil, nil, nil
+		return localError(fmt.Sprintf("rdma_create_qp(%d/%d send/receive WRs, %d/%d SGEs)", sendWR, recvWR, max(cfg.MaxSendSGE, 1), max(cfg.MaxRecvSGE, 1)), errnoOf(rc))
 	}
 	qp := C.shim_id_qp(c.id)
 	c.qpNum = uint32(C.shim_qp_num(qp))
@@ -250,8 +257,8 @@ func (q *QP) destroyVerbsQP(c *conn) {
 	}
 	wake := len(c.scq.stash) > 0 || len(c.rcq.stash) > 0
 	unlockCQs(c.scq, c.rcq)
-	c.scq.detach(c.sEnt)
-	c.rcq.detach(c.rEnt)
+	c.scq.detach(c.sseg, c.sEnt)
+	c.rcq.detach(c.rseg, c.rEnt)
 	if wake {
 		c.scq.Interrupt()
 		if c.rcq != c.scq {

@@ -20,16 +20,24 @@ import (
 	"github.com/rdmanet/rdmanet/dat/driver"
 )
 
-// CQ is an ibv_cq with a completion channel of its own. It implements
-// driver.CQ.
+// CQ is one or more ibv_cqs on a completion channel of their own. It
+// implements driver.CQ.
 //
 // Package dat's waiter polls it and sleeps in Wait, in Go's netpoller on
 // the channel's fd: no goroutine of the provider stands between the device
 // and the waiter. The provider polls it too, while it drains a QP that is
 // going away or waits for a window bind (nobody else may be polling
 // then); what it takes that is package dat's goes to the stash, which
-// Poll hands out before anything still in the device's queue, so order is
-// kept.
+// Poll hands out before anything still in the device's queues, so order
+// is kept.
+//
+// On a device that can resize a CQ there is one ibv_cq, which grows as
+// QPs attach. On one that cannot (siw), each ibv_cq is sized from what
+// the consumer asked and what attaches, and a QP that finds no room in
+// them gets a new ibv_cq on the same channel (a segment): the CQ stays
+// small for the common case of one connection per CQ and still takes any
+// number of QPs. A QP's work queues complete on the segment it was given,
+// so the order of each queue's completions is the device's.
 type CQ struct {
 	ia   *IA
 	key  uintptr // orders CQ locks (lockCQs)
@@ -40,13 +48,12 @@ type CQ struct {
 	// interrupted is set by Interrupt and consumed by Wait.
 	interrupted atomic.Bool
 
-	// mu serialises everything that touches the ibv_cq or the stash:
+	// mu serialises everything that touches the ibv_cqs or the stash:
 	// polls, arming, resizing, attaching and detaching QPs, destroying.
 	mu     sync.Mutex
-	cq     *C.struct_ibv_cq
+	segs   []*cqSeg // the ibv_cqs; none for a CQ without a device (tests)
+	next   int      // the segment the next poll starts with
 	closed bool
-	cqe    int // entries the ibv_cq holds
-	need   int // entries the attached work queues can fill
 	// qps maps the qp_num of each attached verbs QP to its QP: a work
 	// completion names its QP only by number.
 	qps   map[uint32]*QP
@@ -57,15 +64,19 @@ type CQ struct {
 	private bool
 }
 
+// cqSeg is one ibv_cq of a CQ.
+type cqSeg struct {
+	cq   *C.struct_ibv_cq
+	cqe  int // entries the ibv_cq holds
+	need int // entries the work queues attached to it can fill
+}
+
 var _ driver.CQ = (*CQ)(nil)
 
-// minCQE is the smallest ibv_cq made. Devices that cannot resize a CQ
-// (siw) get fixedCQE entries, so that QPs attached later fit (a CQ must
-// never overflow; see attach).
-const (
-	minCQE   = 64
-	fixedCQE = 4096
-)
+// minCQE is the smallest ibv_cq made: 64 entries fill one page on siw
+// (32-byte entries and an 8-byte trailer), and one more entry would take
+// a second one, since siw rounds a CQ up to a power of two.
+const minCQE = 64
 
 // CreateCQ creates a CQ of at least cfg.Size entries on its own
 // completion channel.
@@ -88,15 +99,10 @@ func (ia *IA) CreateCQ(cfg driver.CQConfig) (driver.CQ, error) {
 }
 
 func (ia *IA) newCQ(size int) (_ *CQ, err error) {
-	size = max(size, minCQE)
-	if !ia.lim.cqResizable {
-		size = max(size, min(fixedCQE, ia.lim.maxCQE))
-	}
-	size = min(size, ia.lim.maxCQE)
 	c := &CQ{ia: ia, key: newKey(), qps: make(map[uint32]*QP)}
-	comp, cerr := C.ibv_create_comp_channel(ia.ctx)
-	if comp == nil {
-		return nil, fmt.Errorf("verbs: ibv_create_comp_channel: %v: %w", cerr, driver.ErrResources)
+	var comp *C.struct_ibv_comp_channel
+	if rc := C.shim_create_comp_channel(ia.ctx, &comp); rc != 0 {
+		return nil, fmt.Errorf("verbs: %w", localError("ibv_create_comp_channel", errnoOf(rc)))
 	}
 	c.comp = comp
 	defer func() {
@@ -116,13 +122,24 @@ func (ia *IA) newCQ(size int) (_ *CQ, err error) {
 	if c.rc, err = c.f.SyscallConn(); err != nil {
 		return nil, fmt.Errorf("verbs: completion channel: %w", err)
 	}
-	cq, cerr := C.shim_create_cq(ia.ctx, C.int(size), comp)
-	if cq == nil {
-		return nil, fmt.Errorf("verbs: ibv_create_cq(%d): %v: %w", size, cerr, driver.ErrResources)
+	if _, err := c.addSegLocked(size); err != nil {
+		return nil, err
 	}
-	c.cq = cq
-	c.cqe = int(C.shim_cq_size(cq))
 	return c, nil
+}
+
+// addSegLocked creates an ibv_cq of at least size entries (minCQE at
+// least, the device's maximum at most) on the CQ's channel. Callers hold
+// mu, or own the CQ alone.
+func (c *CQ) addSegLocked(size int) (*cqSeg, error) {
+	size = min(max(size, minCQE), c.ia.lim.maxCQE)
+	var cq *C.struct_ibv_cq
+	if rc := C.shim_create_cq(c.ia.ctx, C.int(size), c.comp, &cq); rc != 0 {
+		return nil, fmt.Errorf("verbs: %w", localError(fmt.Sprintf("ibv_create_cq(%d)", size), errnoOf(rc)))
+	}
+	s := &cqSeg{cq: cq, cqe: int(C.shim_cq_size(cq))}
+	c.segs = append(c.segs, s)
+	return s, nil
 }
 
 // destroy frees the C objects. The file goes first: its Close waits for
@@ -133,12 +150,12 @@ func (c *CQ) destroy() {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cq != nil {
-		if rc := C.shim_ret(C.ibv_destroy_cq(c.cq)); rc != 0 {
+	for _, s := range c.segs {
+		if rc := C.shim_destroy_cq(s.cq); rc != 0 {
 			c.ia.logf("ibv_destroy_cq: %v", errnoOf(rc))
 		}
-		c.cq = nil
 	}
+	c.segs = nil
 	if c.comp != nil {
 		C.ibv_destroy_comp_channel(c.comp)
 		c.comp = nil
@@ -164,42 +181,65 @@ func (c *CQ) Close() error {
 	return nil
 }
 
-// attach reserves room for a verbs QP's work queues (entries: the most
-// completions they can have outstanding at once) and names the QP's
-// number. The ibv_cq grows if needed (ibv_resize_cq); a device that cannot
-// resize was given fixedCQE entries up front, and a QP beyond them is
-// refused: a CQ that overflows loses completions and breaks every QP on
-// it.
-func (c *CQ) attach(entries int) error {
+// attach reserves room for a verbs QP's work queue (entries: the most
+// completions it can have outstanding at once) and returns the ibv_cq the
+// queue is to complete on. A CQ that overflows loses completions and
+// breaks every QP on it, so the room must be there before the QP is:
+// the ibv_cq grows if needed (ibv_resize_cq), and on a device that
+// cannot resize, a queue that fits in no segment gets a new one, as large
+// as all the others together (so a CQ shared by many QPs has few).
+func (c *CQ) attach(entries int) (*cqSeg, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return fmt.Errorf("verbs: CQ closed: %w", net.ErrClosed)
+		return nil, fmt.Errorf("verbs: CQ closed: %w", net.ErrClosed)
 	}
-	need := c.need + entries
-	if need > c.cqe {
-		want := min(max(need, 2*c.cqe), c.ia.lim.maxCQE)
+	if entries > c.ia.lim.maxCQE {
+		return nil, fmt.Errorf("verbs: %d completions outstanding exceed the device's CQ size %d: %w", entries, c.ia.lim.maxCQE, driver.ErrResources)
+	}
+	if !c.ia.lim.cqResizable {
+		total := 0
+		for _, s := range c.segs {
+			if s.need+entries <= s.cqe {
+				s.need += entries
+				return s, nil
+			}
+			total += s.cqe
+		}
+		s, err := c.addSegLocked(max(entries, total))
+		if err != nil {
+			return nil, err
+		}
+		s.need = entries
+		return s, nil
+	}
+	s := c.segs[0]
+	need := s.need + entries
+	if need > s.cqe {
+		want := min(max(need, 2*s.cqe), c.ia.lim.maxCQE)
 		if need > want {
-			return fmt.Errorf("verbs: %d completions outstanding exceed the device's CQ size %d: %w", need, c.ia.lim.maxCQE, driver.ErrResources)
+			return nil, fmt.Errorf("verbs: %d completions outstanding exceed the device's CQ size %d: %w", need, c.ia.lim.maxCQE, driver.ErrResources)
 		}
-		if rc := C.shim_resize_cq(c.cq, C.int(want)); rc != 0 {
-			return fmt.Errorf("verbs: ibv_resize_cq(%d) for %d completions outstanding: %v: %w", want, need, errnoOf(rc), driver.ErrResources)
+		if rc := C.shim_resize_cq(s.cq, C.int(want)); rc != 0 {
+			return nil, fmt.Errorf("verbs: %w", localError(fmt.Sprintf("ibv_resize_cq(%d) for %d completions outstanding", want, need), errnoOf(rc)))
 		}
-		c.cqe = int(C.shim_cq_size(c.cq))
+		s.cqe = int(C.shim_cq_size(s.cq))
 	}
-	c.need = need
-	return nil
+	s.need = need
+	return s, nil
 }
 
-// detach gives back what attach reserved.
-func (c *CQ) detach(entries int) {
+// detach gives back what attach reserved on s. An emptied segment stays
+// for the CQ's life: QPs come and go on a shared CQ, and its completions
+// may still be queued until the next poll.
+func (c *CQ) detach(s *cqSeg, entries int) {
 	c.mu.Lock()
-	c.need -= entries
+	s.need -= entries
 	c.mu.Unlock()
 }
 
 // Poll moves up to len(dst) completions into dst: the stash first, then
-// the device's queue.
+// the device's queues.
 func (c *CQ) Poll(dst []driver.Completion) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -209,21 +249,39 @@ func (c *CQ) Poll(dst []driver.Completion) int {
 		clear(c.stash[k:])
 		c.stash = c.stash[:k]
 	}
-	if n < len(dst) && c.cq != nil {
+	if n < len(dst) {
 		n += c.pollLocked(dst[n:])
 	}
 	return n
 }
 
 // pollLocked polls the device into dst, mapping each work completion and
-// leaving out the provider's own. Callers hold mu.
+// leaving out the provider's own. Each call starts with the next segment,
+// so none starves the others. Callers hold mu.
 func (c *CQ) pollLocked(dst []driver.Completion) int {
 	n := 0
+	for k := range c.segs {
+		if n == len(dst) {
+			break
+		}
+		n += c.pollSegLocked(c.segs[(c.next+k)%len(c.segs)], dst[n:])
+	}
+	if len(c.segs) > 1 {
+		c.next = (c.next + 1) % len(c.segs)
+	}
+	return n
+}
+
+// pollSegLocked polls one ibv_cq into dst. Callers hold mu.
+func (c *CQ) pollSegLocked(s *cqSeg, dst []driver.Completion) int {
+	n := 0
 	for n < len(dst) {
-		got := int(C.shim_poll(c.cq, &c.wcs[0], C.int(min(len(dst)-n, len(c.wcs)))))
+		got := int(C.shim_poll(s.cq, &c.wcs[0], C.int(min(len(dst)-n, len(c.wcs)))))
 		if got <= 0 {
 			if got < 0 {
-				c.ia.logf("ibv_poll_cq: %v", syscall.Errno(-got))
+				// ibv_poll_cq reports failure by a negative count,
+				// not by errno.
+				c.ia.logf("ibv_poll_cq failed (%d)", got)
 			}
 			break
 		}
@@ -246,19 +304,19 @@ func (c *CQ) pollLocked(dst []driver.Completion) int {
 // provider's own waits (drain, bind). It reports whether package dat got
 // anything new. Callers hold mu.
 func (c *CQ) stashLocked() bool {
-	if c.cq == nil {
-		return false
-	}
 	var buf [C.SHIM_POLL_BATCH]driver.Completion
 	added := false
-	for {
-		n := c.pollLocked(buf[:])
-		c.stash = append(c.stash, buf[:n]...)
-		added = added || n > 0
-		if n < len(buf) {
-			return added
+	for _, s := range c.segs {
+		for {
+			n := c.pollSegLocked(s, buf[:])
+			c.stash = append(c.stash, buf[:n]...)
+			added = added || n > 0
+			if n < len(buf) {
+				break
+			}
 		}
 	}
+	return added
 }
 
 // collect polls the device into the stash and, if that gave package dat
@@ -274,12 +332,12 @@ func (c *CQ) collect() {
 }
 
 // Wait blocks until a completion is queued, Interrupt is called, the
-// deadline passes or the CQ is closed. It arms the CQ, then polls once
-// more into the stash: a completion that arrived between dat's last poll
-// and the arming raises no event, and would otherwise be slept through.
-// Then it sleeps in the netpoller until the channel has an event (taken
-// and acked at once) or the file's read deadline, which Interrupt moves to
-// now, passes.
+// deadline passes or the CQ is closed. It arms the ibv_cqs, then polls
+// once more into the stash: a completion that arrived between dat's last
+// poll and the arming raises no event, and would otherwise be slept
+// through. Then it sleeps in the netpoller until the channel has an event
+// (taken and acked at once) or the file's read deadline, which Interrupt
+// moves to now, passes.
 func (c *CQ) Wait(deadline time.Time) error {
 	if c.interrupted.Swap(false) {
 		return nil
@@ -293,8 +351,10 @@ func (c *CQ) Wait(deadline time.Time) error {
 		c.mu.Unlock()
 		return nil
 	}
-	if rc := C.shim_arm_cq(c.cq); rc != 0 {
-		c.ia.logf("ibv_req_notify_cq: %v", errnoOf(rc))
+	for _, s := range c.segs {
+		if rc := C.shim_arm_cq(s.cq); rc != 0 {
+			c.ia.logf("ibv_req_notify_cq: %v", errnoOf(rc))
+		}
 	}
 	c.stashLocked()
 	ready := len(c.stash) > 0

@@ -18,8 +18,11 @@ import (
 // on the same device share this loop (refcounted): with one reader per IA
 // each event would reach only one of them.
 type device struct {
-	ctx   *C.struct_ibv_context
-	refs  int // guarded by devices.mu
+	ctx  *C.struct_ibv_context
+	refs int // guarded by devices.mu
+	// plug is the CQ that keeps libsiw's invalid mmap key taken on a siw
+	// context (siwkey.go), destroyed with the device; nil elsewhere.
+	plug  *C.struct_ibv_cq
 	loop  *fdLoop
 	mu    sync.Mutex                  // serialises fetch and dispatch (loop and drain)
 	batch []C.struct_shim_async_event // guarded by mu
@@ -44,8 +47,22 @@ func acquireDevice(ctx *C.struct_ibv_context) (*device, error) {
 		return d, nil
 	}
 	d := &device{ctx: ctx, refs: 1}
+	var vendor C.uint32_t
+	var maxCQE C.int
+	if rc := C.shim_vendor(ctx, &vendor, &maxCQE); rc != 0 {
+		return nil, fmt.Errorf("verbs: %s: query device: %w", deviceName(ctx), errnoOf(rc))
+	}
+	if vendor == siwVendorID {
+		// Before any queue of ours exists on the context: see siwkey.go.
+		plug, err := plugSiwKey(ctx, int(maxCQE))
+		if err != nil && debug {
+			fmt.Printf("verbs: %s: libsiw's invalid mmap key left unplugged: %v\n", deviceName(ctx), err)
+		}
+		d.plug = plug
+	}
 	l, err := startFDLoop(int(ctx.async_fd), "async events "+deviceName(ctx), d.fetch, d.dispatch)
 	if err != nil {
+		d.destroyPlug()
 		return nil, err
 	}
 	d.loop = l
@@ -67,6 +84,16 @@ func (d *device) release() {
 	devices.mu.Unlock()
 	if last {
 		d.loop.stop()
+		d.destroyPlug()
+	}
+}
+
+// destroyPlug frees the siw plug, once every queue of ours on the context
+// is gone (the last IA's).
+func (d *device) destroyPlug() {
+	if d.plug != nil {
+		C.shim_destroy_cq(d.plug)
+		d.plug = nil
 	}
 }
 

@@ -105,11 +105,74 @@
 // siw report it.
 //
 // A CQ never loses a completion: each QP attached reserves its queue
-// depths (plus a window bind on the send queue; for an SRQ the SRQ's
-// whole depth), and the ibv_cq grows with ibv_resize_cq when they exceed
-// it. siw cannot resize a CQ, so there every CQ is made with 4096 entries
-// (or the device's maximum) up front and a QP beyond that is refused with
-// ErrResources.
+// depths (plus a window bind on the send queue of a device with windows;
+// for an SRQ the SRQ's whole depth), and the ibv_cq grows with
+// ibv_resize_cq when they exceed it. siw cannot resize a CQ, so there a
+// CQ is a list of ibv_cqs (segments) on one completion channel: the first
+// is made with the entries asked for (64 at least), and a QP whose queue
+// fits in no segment gets a new one, as large as the others together.
+// Poll takes from each in turn, Wait arms them all. A CQ serving one
+// connection, as rdmanet's do, thus costs what that connection needs
+// rather than a fixed maximum (siw's CQs used to be made with 4096
+// entries, 33 pages each).
+//
+// # Queue sizes
+//
+// The provider asks the device for exactly what package dat configures:
+// the EP's request and receive depths as the QP's send and receive
+// queues (plus one send slot for window binds where there are windows),
+// and the EVD's length as its CQ. Devices round up: siw and rxe to a
+// power of two. For an rdmanet connection (32 receives, 64 requests, an
+// EVD of 112 for both queues) that is, per Conn:
+//
+//	              siw (queue memory, mmap'd)          rxe
+//	CQ            128 entries, 2 pages                112 entries asked
+//	send queue    64 WRs x 120 B, 2 pages             65 WRs asked
+//	receive queue 32 WRs x 112 B, 1 page              32 WRs asked
+//
+// so 5 pages (20 KiB) on siw, where a fixed 4096-entry CQ and a 65-entry
+// send queue (rounded to 128) took 38. rdmanet's ring and credit scheme
+// bounds what is outstanding: at most 64 requests (ring Writes and
+// control Sends) and 32 posted receives (its credits), so these depths
+// are also all the CQ must hold.
+//
+// # siw and the mmap key 0x90000
+//
+// siw gives user space each queue (CQ, send and receive queue, SRQ) as a
+// mapping of the context's command fd at an offset (the mmap key) that the
+// kernel picks with rdma_user_mmap_entry_insert: the lowest free run of
+// pages in the context's key space, which queues share and give back when
+// destroyed. libsiw (rdma-core 44 and still upstream) compares each key
+// with SIW_INVAL_UOBJ_KEY, 0x90000, a leftover of an older kernel ABI
+// that is a valid key today: page 144 with 4 KiB pages. A queue that lands
+// there is refused and destroyed, and ibv_create_cq, ibv_create_qp or
+// ibv_create_srq fails without setting errno. The page is then free
+// again, so every later queue whose first fit it is fails the same way:
+// a process could hold only as many queues as fit below it.
+//
+// The provider therefore takes the key itself before any queue of its own
+// exists on a siw context (device.go, siwkey.go): it reads the context's
+// mappings from /proc/self/maps (the command fd's inode), fills the free
+// pages below 143 with throwaway CQs (largest first: on a fresh context
+// CQs of 129, 9 and 5 pages), makes a 2-page CQ that lands on pages 143
+// and 144, and destroys the fillers. That CQ, the plug, lives as long as
+// an IA uses the context. Queues then take pages 0-142 and 145 on, and
+// never start at 144. If the page is held by someone else's queue when
+// the first IA opens, or page 143 is and 144 is free, nothing is plugged
+// (logged with RDMANET_VERBS_DEBUG); only another library's queues on the
+// same context can cause that.
+//
+// # Local errors
+//
+// A verbs call that fails on this host (creating a QP, CQ, SRQ, PD or
+// completion channel, registering memory, resizing a CQ) is reported as an
+// error that wraps both driver.ErrResources and the call's own errno as a
+// syscall.Errno, so errors.Is(err, syscall.ENOMEM) works through package
+// dat and rdmanet. When a QP cannot be created during Connect, that error
+// is the connection's: package dat reports it as a non-peer rejection
+// event carrying it. Every C wrapper clears errno before its call, so an errno
+// left over from an earlier call is never reported; a call that fails
+// without setting errno (libsiw, above) is reported with ErrNoErrno.
 //
 // # Quiescence
 //

@@ -23,8 +23,6 @@ func TestConformance(t *testing.T) {
 	// What soft-iWARP does not pass yet, and why: open work.
 	siwKnown := map[string]string{
 		"Connect/RejectWithPrivateData": "the kernel's iWARP CM delivers a reject without private data exactly like a TCP reset, so an empty peer reject is reported as a non-peer reject",
-		"Data/SharedCQTags":             "ibv_create_cq fails with errno 0 once a context's queue mappings reach libsiw's invalid mmap key at page 144 (siw CQs are made with 4096 entries, as siw cannot resize them)",
-		"Protection/OutOfRegionRecv":    "the same: its second round's CQs reach libsiw's invalid mmap key at page 144 (seen: ibv_create_cq(4096): errno 0)",
 		"Race/DisconnectWhilePosting":   "a Send caught by the local disconnect completes with LOC_QP_OP_ERR instead of being dropped",
 	}
 	for _, d := range []struct {

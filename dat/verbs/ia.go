@@ -64,9 +64,9 @@ func openIA(ip net.IP) (_ *IA, err error) {
 			ia.release()
 		}
 	}()
-	ch, err := C.rdma_create_event_channel()
-	if ch == nil {
-		return nil, fmt.Errorf("verbs: open %s: rdma_create_event_channel: %v (is rdma_ucm loaded?): %w", ip, err, driver.ErrNotSupported)
+	var ch *C.struct_rdma_event_channel
+	if rc := C.shim_create_event_channel(&ch); rc != 0 {
+		return nil, fmt.Errorf("verbs: open %s: rdma_create_event_channel: %w (is rdma_ucm loaded?): %w", ip, errnoOf(rc), driver.ErrNotSupported)
 	}
 	ia.ch = ch
 	ia.key = register(ia)
@@ -75,19 +75,21 @@ func openIA(ip net.IP) (_ *IA, err error) {
 	}
 	b := ipBytes(ip)
 	if rc := C.shim_bind(ia.bindID, (*C.uint8_t)(cBytes(b)), C.int(len(b)), 0); rc != 0 {
-		return nil, fmt.Errorf("verbs: open %s: rdma_bind_addr: %v: %w", ip, errnoOf(rc), driver.ErrInvalidAddress)
+		return nil, fmt.Errorf("verbs: open %s: rdma_bind_addr: %w: %w", ip, errnoOf(rc), driver.ErrInvalidAddress)
 	}
 	if ia.bindID.verbs == nil {
 		return nil, fmt.Errorf("verbs: open %s: the address is not on an RDMA device: %w", ip, driver.ErrInvalidAddress)
 	}
 	ia.ctx = ia.bindID.verbs
+	// The device first: on siw it takes libsiw's invalid mmap key before
+	// any queue is made on the context, queryAttr's probe included.
+	if ia.dev, err = acquireDevice(ia.ctx); err != nil {
+		return nil, err
+	}
 	if ia.attr, ia.lim, err = queryAttr(ia.ctx, uint8(ia.bindID.port_num)); err != nil {
 		return nil, fmt.Errorf("verbs: open %s: %w", ip, err)
 	}
 	ia.attr.LocalAddr = &net.TCPAddr{IP: ip}
-	if ia.dev, err = acquireDevice(ia.ctx); err != nil {
-		return nil, err
-	}
 	if ia.lim.silentErrors {
 		ia.watch = startErrorWatch()
 	}
@@ -130,9 +132,9 @@ func (ia *IA) AllocPD() (driver.PD, error) {
 	if err := ia.live(); err != nil {
 		return nil, err
 	}
-	pd, err := C.ibv_alloc_pd(ia.ctx)
-	if pd == nil {
-		return nil, fmt.Errorf("verbs: ibv_alloc_pd: %v: %w", err, driver.ErrResources)
+	var pd *C.struct_ibv_pd
+	if rc := C.shim_alloc_pd(ia.ctx, &pd); rc != 0 {
+		return nil, fmt.Errorf("verbs: %w", localError("ibv_alloc_pd", errnoOf(rc)))
 	}
 	p := &PD{ia: ia, pd: pd}
 	if ia.lim.windows {
@@ -187,7 +189,7 @@ func (ia *IA) checkQPConfig(cfg driver.QPConfig) error {
 		return fmt.Errorf("verbs: QP config: %d send / %d receive WRs exceed %d: %w", cfg.MaxSendWR, cfg.MaxRecvWR, a.MaxWRPerQP, driver.ErrResources)
 	case cfg.MaxSendSGE < 0 || cfg.MaxSendSGE > a.MaxSGE, cfg.MaxRecvSGE < 0 || cfg.MaxRecvSGE > a.MaxSGE:
 		return fmt.Errorf("verbs: QP config: SGE counts %d/%d exceed %d: %w", cfg.MaxSendSGE, cfg.MaxRecvSGE, a.MaxSGE, driver.ErrResources)
-	case cfg.MaxSendWR+extraSendWR > ia.lim.maxCQE, cfg.MaxRecvWR+extraRecvWR > ia.lim.maxCQE:
+	case cfg.MaxSendWR+ia.extraSendWR() > ia.lim.maxCQE, cfg.MaxRecvWR > ia.lim.maxCQE:
 		// A CQ must hold every completion its queues can have
 		// outstanding; CQ.attach checks the sum.
 		return fmt.Errorf("verbs: QP config: %d send / %d receive WRs exceed the device's CQ size %d: %w",

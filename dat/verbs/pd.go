@@ -79,9 +79,9 @@ func (pd *PD) Register(buf []byte, access driver.Access) (driver.MR, error) {
 		// to say so.
 		flags |= C.IBV_ACCESS_MW_BIND
 	}
-	mr, err := C.shim_reg_mr(pd.pd, C.uintptr_t(va), C.size_t(len(buf)), flags)
-	if mr == nil {
-		return nil, fmt.Errorf("verbs: ibv_reg_mr(%d bytes): %v: %w", len(buf), err, driver.ErrResources)
+	var mr *C.struct_ibv_mr
+	if rc := C.shim_reg_mr(pd.pd, C.uintptr_t(va), C.size_t(len(buf)), flags, &mr); rc != 0 {
+		return nil, fmt.Errorf("verbs: %w", localError(fmt.Sprintf("ibv_reg_mr(%d bytes)", len(buf)), errnoOf(rc)))
 	}
 	return &MR{pd: pd, mr: mr, buf: buf, va: uint64(va)}, nil
 }
@@ -93,7 +93,7 @@ func (pd *PD) Close() error {
 	if pd.closed {
 		return nil
 	}
-	if rc := C.shim_ret(C.ibv_dealloc_pd(pd.pd)); rc != 0 {
+	if rc := C.shim_dealloc_pd(pd.pd); rc != 0 {
 		// EBUSY: regions, QPs or SRQs still use it.
 		return fmt.Errorf("verbs: ibv_dealloc_pd: %w", errnoOf(rc))
 	}
@@ -128,7 +128,7 @@ func (m *MR) Addr() uint64 { return m.va }
 // Close deregisters the region; afterwards buf is ordinary memory again.
 func (m *MR) Close() error {
 	m.closeOnce.Do(func() {
-		if rc := C.shim_ret(C.ibv_dereg_mr(m.mr)); rc != 0 {
+		if rc := C.shim_dereg_mr(m.mr); rc != 0 {
 			m.closeErr = fmt.Errorf("verbs: ibv_dereg_mr: %w", errnoOf(rc))
 		}
 		m.buf = nil

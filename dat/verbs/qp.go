@@ -129,10 +129,11 @@ type conn struct {
 	id  *C.struct_rdma_cm_id
 	key uintptr          // registry key of id (owner: the QP)
 	qp  *C.struct_ibv_qp // nil until created and after destruction; guarded by QP.mu
-	// qpNum and the CQs the ibv_qp is on, with what attach reserved on
-	// them; set with qp.
+	// qpNum and the CQs the ibv_qp is on, with the ibv_cqs (segments)
+	// attach gave each queue and what it reserved there; set with qp.
 	qpNum      uint32
 	scq, rcq   *CQ
+	sseg, rseg *cqSeg
 	sEnt, rEnt int
 	private    *CQ // made for a QP configured with no CQ at all
 

@@ -5,6 +5,10 @@
 // pointer that C keeps, and gets errors back as negative errno values.
 //
 // Rules every wrapper follows:
+//   * A wrapper that reports failure through errno clears errno before the
+//     call, so a value left over from an earlier call on the thread is
+//     never reported as this call's cause; a call that fails without
+//     setting errno (libsiw does) is reported as -SHIM_NO_ERRNO.
 //   * Go keys (registry handles, plain integers) travel as uintptr_t and
 //     are stored in C context fields; no Go pointer is ever stored in C.
 //   * Buffers passed from Go (private data, SGE arrays, out-structs) are
@@ -28,17 +32,38 @@
 // (RDMA_MAX_PRIVATE_DATA).
 #define SHIM_PDATA_MAX 256
 
-static inline int shim_err(void) { return errno ? -errno : -EIO; }
+// SHIM_NO_ERRNO is what a wrapper returns, negated, for a call that
+// failed and left errno at 0. It is far above any errno value.
+#define SHIM_NO_ERRNO 0x10000
+
+// shim_err is the failure of a call that reports it in errno, which the
+// wrapper cleared before the call.
+static inline int shim_err(void) { return errno ? -errno : -SHIM_NO_ERRNO; }
 
 // shim_ret normalises the return of calls documented to return an errno
-// value (ibv_post_*, ibv_modify_*) but whose providers sometimes return a
-// negative errno or -1 with errno set: 0 or -errno.
+// value (ibv_post_*, ibv_modify_*, ibv_destroy_*) but whose providers
+// sometimes return a negative errno or -1 with errno set: 0 or -errno.
+// Callers clear errno before the call.
 static inline int shim_ret(int r) {
 	if (r == 0)
 		return 0;
 	if (r == -1)
 		return shim_err();
 	return r > 0 ? -r : r;
+}
+
+// shim_test_silent_call fails like libsiw's create calls: -1, errno
+// untouched.
+static inline int shim_test_silent_call(void) { return -1; }
+
+// shim_test_silent_failure follows the wrappers' pattern around a call
+// that fails without setting errno, on a thread where an earlier call left
+// errno at stale. For the package's tests: the result must be
+// -SHIM_NO_ERRNO, never -stale.
+static inline int shim_test_silent_failure(int stale) {
+	errno = stale;
+	errno = 0;
+	return shim_test_silent_call() ? shim_err() : 0;
 }
 
 // ---------------------------------------------------------------- addresses
@@ -80,13 +105,21 @@ static inline int shim_id_addr(struct rdma_cm_id *id, int remote, uint8_t *ip, u
 
 // ---------------------------------------------------------------- CM ids
 
+static inline int shim_create_event_channel(struct rdma_event_channel **ch) {
+	errno = 0;
+	*ch = rdma_create_event_channel();
+	return *ch ? 0 : shim_err();
+}
+
 static inline int shim_create_id(struct rdma_event_channel *ch, struct rdma_cm_id **id, uintptr_t key) {
+	errno = 0;
 	return rdma_create_id(ch, id, (void *)key, RDMA_PS_TCP) ? shim_err() : 0;
 }
 
 static inline int shim_bind(struct rdma_cm_id *id, const uint8_t *ip, int iplen, uint16_t port) {
 	struct sockaddr_storage ss;
 	shim_sockaddr(&ss, ip, iplen, port);
+	errno = 0;
 	return rdma_bind_addr(id, (struct sockaddr *)&ss) ? shim_err() : 0;
 }
 
@@ -95,14 +128,17 @@ static inline int shim_resolve_addr(struct rdma_cm_id *id, const uint8_t *sip, i
 	struct sockaddr_storage src, dst;
 	shim_sockaddr(&src, sip, siplen, 0);
 	shim_sockaddr(&dst, dip, diplen, dport);
+	errno = 0;
 	return rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&dst, ms) ? shim_err() : 0;
 }
 
 static inline int shim_resolve_route(struct rdma_cm_id *id, int ms) {
+	errno = 0;
 	return rdma_resolve_route(id, ms) ? shim_err() : 0;
 }
 
 static inline int shim_listen(struct rdma_cm_id *id, int backlog) {
+	errno = 0;
 	return rdma_listen(id, backlog) ? shim_err() : 0;
 }
 
@@ -120,12 +156,14 @@ static inline void shim_conn_param(struct rdma_conn_param *p, const void *pd, in
 static inline int shim_connect(struct rdma_cm_id *id, const void *pd, int pdlen, int ird, int ord) {
 	struct rdma_conn_param p;
 	shim_conn_param(&p, pd, pdlen, ird, ord);
+	errno = 0;
 	return rdma_connect(id, &p) ? shim_err() : 0;
 }
 
 static inline int shim_accept(struct rdma_cm_id *id, const void *pd, int pdlen, int ird, int ord) {
 	struct rdma_conn_param p;
 	shim_conn_param(&p, pd, pdlen, ird, ord);
+	errno = 0;
 	return rdma_accept(id, &p) ? shim_err() : 0;
 }
 
@@ -135,15 +173,19 @@ static inline int shim_accept(struct rdma_cm_id *id, const void *pd, int pdlen, 
 // consumer's; iWARP carries no reason either way.
 static inline int shim_reject(struct rdma_cm_id *id, const void *pd, int pdlen, int nonpeer) {
 	const void *p = pdlen ? pd : NULL;
-	int rc = nonpeer ? rdma_reject_ece(id, p, (uint8_t)pdlen) : rdma_reject(id, p, (uint8_t)pdlen);
+	int rc;
+	errno = 0;
+	rc = nonpeer ? rdma_reject_ece(id, p, (uint8_t)pdlen) : rdma_reject(id, p, (uint8_t)pdlen);
 	return rc ? shim_err() : 0;
 }
 
 static inline int shim_disconnect(struct rdma_cm_id *id) {
+	errno = 0;
 	return rdma_disconnect(id) ? shim_err() : 0;
 }
 
 static inline int shim_destroy_id(struct rdma_cm_id *id) {
+	errno = 0;
 	return rdma_destroy_id(id) ? shim_err() : 0;
 }
 
@@ -171,6 +213,7 @@ struct shim_cm_event {
 // Returns 0, or -errno (-EAGAIN: none queued).
 static inline int shim_next_cm_event(struct rdma_event_channel *ch, struct shim_cm_event *out, uintptr_t new_key) {
 	struct rdma_cm_event *e;
+	errno = 0;
 	if (rdma_get_cm_event(ch, &e))
 		return shim_err();
 	memset(out, 0, offsetof(struct shim_cm_event, pdata));
@@ -209,11 +252,29 @@ static inline int shim_next_cm_event(struct rdma_event_channel *ch, struct shim_
 // ---------------------------------------------------------------- device
 
 static inline int shim_query(struct ibv_context *ctx, uint8_t port, struct ibv_device_attr *da, struct ibv_port_attr *pa) {
-	int rc = shim_ret(ibv_query_device(ctx, da));
+	int rc;
+	errno = 0;
+	rc = shim_ret(ibv_query_device(ctx, da));
 	if (rc)
 		return rc;
+	errno = 0;
 	return shim_ret(ibv_query_port(ctx, port, pa));
 }
+
+// shim_vendor reads the device's vendor_id and max_cqe.
+static inline int shim_vendor(struct ibv_context *ctx, uint32_t *vendor_id, int *max_cqe) {
+	struct ibv_device_attr da;
+	int rc;
+	errno = 0;
+	rc = shim_ret(ibv_query_device(ctx, &da));
+	if (rc)
+		return rc;
+	*vendor_id = da.vendor_id;
+	*max_cqe = da.max_cqe;
+	return 0;
+}
+
+static inline int shim_cmd_fd(struct ibv_context *ctx) { return ctx->cmd_fd; }
 
 static inline int shim_transport(struct ibv_context *ctx) { return ctx->device->transport_type; }
 
@@ -227,6 +288,7 @@ struct shim_async_event {
 // shim_next_async_event takes one async event off ctx, copies and acks it.
 static inline int shim_next_async_event(struct ibv_context *ctx, struct shim_async_event *out) {
 	struct ibv_async_event e;
+	errno = 0;
 	if (ibv_get_async_event(ctx, &e))
 		return shim_err();
 	out->type = e.event_type;
@@ -258,17 +320,42 @@ static inline int shim_next_async_event(struct ibv_context *ctx, struct shim_asy
 
 // ---------------------------------------------------------------- memory
 
-static inline struct ibv_mr *shim_reg_mr(struct ibv_pd *pd, uintptr_t addr, size_t len, int access) {
-	return ibv_reg_mr(pd, (void *)addr, len, access);
+static inline int shim_alloc_pd(struct ibv_context *ctx, struct ibv_pd **pd) {
+	errno = 0;
+	*pd = ibv_alloc_pd(ctx);
+	return *pd ? 0 : shim_err();
+}
+
+static inline int shim_dealloc_pd(struct ibv_pd *pd) {
+	errno = 0;
+	return shim_ret(ibv_dealloc_pd(pd));
+}
+
+static inline int shim_reg_mr(struct ibv_pd *pd, uintptr_t addr, size_t len, int access, struct ibv_mr **mr) {
+	errno = 0;
+	*mr = ibv_reg_mr(pd, (void *)addr, len, access);
+	return *mr ? 0 : shim_err();
+}
+
+static inline int shim_dereg_mr(struct ibv_mr *mr) {
+	errno = 0;
+	return shim_ret(ibv_dereg_mr(mr));
 }
 
 // ---------------------------------------------------------------- memory windows
 
 // Type 1 windows only: they belong to the PD (any QP of it may use a bound
 // one, DAT's RMR scope PZ) and ibv_bind_mw rebinds them in place.
-static inline struct ibv_mw *shim_alloc_mw(struct ibv_pd *pd) { return ibv_alloc_mw(pd, IBV_MW_TYPE_1); }
+static inline int shim_alloc_mw(struct ibv_pd *pd, struct ibv_mw **mw) {
+	errno = 0;
+	*mw = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
+	return *mw ? 0 : shim_err();
+}
 
-static inline int shim_dealloc_mw(struct ibv_mw *mw) { return shim_ret(ibv_dealloc_mw(mw)); }
+static inline int shim_dealloc_mw(struct ibv_mw *mw) {
+	errno = 0;
+	return shim_ret(ibv_dealloc_mw(mw));
+}
 
 // shim_bind_mw posts to qp a bind of mw over [addr, addr+len) of mr with
 // the remote rights in access; len 0 unbinds. Go passes the region the
@@ -290,6 +377,7 @@ static inline int shim_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t wr
 	b.bind_info.addr = addr;
 	b.bind_info.length = len;
 	b.bind_info.mw_access_flags = (unsigned int)access;
+	errno = 0;
 	rc = shim_ret(ibv_bind_mw(qp, mw, &b));
 	if (rc) {
 		mw->rkey = old;
@@ -301,13 +389,31 @@ static inline int shim_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, uint64_t wr
 
 // ---------------------------------------------------------------- CQ
 
-static inline struct ibv_cq *shim_create_cq(struct ibv_context *ctx, int cqe, struct ibv_comp_channel *ch) {
-	return ibv_create_cq(ctx, cqe, NULL, ch, 0);
+static inline int shim_create_comp_channel(struct ibv_context *ctx, struct ibv_comp_channel **ch) {
+	errno = 0;
+	*ch = ibv_create_comp_channel(ctx);
+	return *ch ? 0 : shim_err();
+}
+
+// shim_create_cq creates a CQ (ch may be NULL). libsiw refuses a CQ whose
+// mmap key is its invalid-key value without setting errno: -SHIM_NO_ERRNO.
+static inline int shim_create_cq(struct ibv_context *ctx, int cqe, struct ibv_comp_channel *ch, struct ibv_cq **cq) {
+	errno = 0;
+	*cq = ibv_create_cq(ctx, cqe, NULL, ch, 0);
+	return *cq ? 0 : shim_err();
+}
+
+static inline int shim_destroy_cq(struct ibv_cq *cq) {
+	errno = 0;
+	return shim_ret(ibv_destroy_cq(cq));
 }
 
 static inline int shim_cq_size(struct ibv_cq *cq) { return cq->cqe; }
 
-static inline int shim_resize_cq(struct ibv_cq *cq, int cqe) { return shim_ret(ibv_resize_cq(cq, cqe)); }
+static inline int shim_resize_cq(struct ibv_cq *cq, int cqe) {
+	errno = 0;
+	return shim_ret(ibv_resize_cq(cq, cqe));
+}
 
 // shim_probe_resize_cq reports whether the device can resize a CQ: some
 // (siw) leave ibv_resize_cq unimplemented.
@@ -321,7 +427,10 @@ static inline int shim_probe_resize_cq(struct ibv_context *ctx) {
 	return ok;
 }
 
-static inline int shim_arm_cq(struct ibv_cq *cq) { return shim_ret(ibv_req_notify_cq(cq, 0)); }
+static inline int shim_arm_cq(struct ibv_cq *cq) {
+	errno = 0;
+	return shim_ret(ibv_req_notify_cq(cq, 0));
+}
 
 // shim_take_cq_events takes every completion event queued on ch (a
 // non-blocking channel that serves one CQ) and acks them at once, so
@@ -331,6 +440,7 @@ static inline int shim_take_cq_events(struct ibv_comp_channel *ch) {
 	struct ibv_cq *cq;
 	void *ctx;
 	int n = 0;
+	errno = 0;
 	while (ibv_get_cq_event(ch, &cq, &ctx) == 0) {
 		ibv_ack_cq_events(cq, 1);
 		n++;
@@ -349,7 +459,8 @@ struct shim_wc {
 #define SHIM_POLL_BATCH 32
 
 // shim_poll takes up to n (<= SHIM_POLL_BATCH) completions into out.
-// Returns the number taken, or a negative errno.
+// Returns the number taken, or a negative value on failure (ibv_poll_cq
+// reports no errno).
 static inline int shim_poll(struct ibv_cq *cq, struct shim_wc *out, int n) {
 	struct ibv_wc wc[SHIM_POLL_BATCH];
 	if (n > SHIM_POLL_BATCH)
@@ -386,6 +497,7 @@ static inline int shim_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struc
 	// Every send-side WR completes: a graceful disconnect counts them
 	// to know the send queue has drained (see doc.go).
 	a.sq_sig_all = 1;
+	errno = 0;
 	return rdma_create_qp(id, pd, &a) ? shim_err() : 0;
 }
 
@@ -407,6 +519,7 @@ static inline int shim_qp_to_error(struct ibv_qp *qp) {
 	struct ibv_qp_attr a;
 	memset(&a, 0, sizeof a);
 	a.qp_state = IBV_QPS_ERR;
+	errno = 0;
 	return shim_ret(ibv_modify_qp(qp, &a, IBV_QP_STATE));
 }
 
@@ -421,6 +534,7 @@ static inline int shim_post_send(struct ibv_qp *qp, uint64_t wr_id, int opcode, 
 	wr.send_flags = flags;
 	wr.wr.rdma.remote_addr = raddr;
 	wr.wr.rdma.rkey = rkey;
+	errno = 0;
 	return shim_ret(ibv_post_send(qp, &wr, &bad));
 }
 
@@ -430,24 +544,33 @@ static inline int shim_post_recv(struct ibv_qp *qp, uint64_t wr_id, struct ibv_s
 	wr.wr_id = wr_id;
 	wr.sg_list = nsge ? sge : NULL;
 	wr.num_sge = nsge;
+	errno = 0;
 	return shim_ret(ibv_post_recv(qp, &wr, &bad));
 }
 
 // ---------------------------------------------------------------- SRQ
 
-static inline struct ibv_srq *shim_create_srq(struct ibv_pd *pd, uint32_t max_wr, uint32_t max_sge, uintptr_t key) {
+static inline int shim_create_srq(struct ibv_pd *pd, uint32_t max_wr, uint32_t max_sge, uintptr_t key, struct ibv_srq **srq) {
 	struct ibv_srq_init_attr a;
 	memset(&a, 0, sizeof a);
 	a.srq_context = (void *)key;
 	a.attr.max_wr = max_wr;
 	a.attr.max_sge = max_sge;
-	return ibv_create_srq(pd, &a);
+	errno = 0;
+	*srq = ibv_create_srq(pd, &a);
+	return *srq ? 0 : shim_err();
+}
+
+static inline int shim_destroy_srq(struct ibv_srq *srq) {
+	errno = 0;
+	return shim_ret(ibv_destroy_srq(srq));
 }
 
 static inline int shim_srq_limit(struct ibv_srq *srq, uint32_t limit) {
 	struct ibv_srq_attr a;
 	memset(&a, 0, sizeof a);
 	a.srq_limit = limit;
+	errno = 0;
 	return shim_ret(ibv_modify_srq(srq, &a, IBV_SRQ_LIMIT));
 }
 
@@ -457,6 +580,7 @@ static inline int shim_post_srq_recv(struct ibv_srq *srq, uint64_t wr_id, struct
 	wr.wr_id = wr_id;
 	wr.sg_list = nsge ? sge : NULL;
 	wr.num_sge = nsge;
+	errno = 0;
 	return shim_ret(ibv_post_srq_recv(srq, &wr, &bad));
 }
 

@@ -64,10 +64,10 @@ func newSRQ(ia *IA, pd *PD, cfg driver.SRQConfig) (*SRQ, error) {
 	}
 	s := &SRQ{ia: ia, pd: pd, cfg: cfg}
 	s.key = register(s)
-	srq, err := C.shim_create_srq(pd.pd, C.uint32_t(cfg.MaxRecvWR), C.uint32_t(max(cfg.MaxRecvSGE, 1)), C.uintptr_t(s.key))
-	if srq == nil {
+	var srq *C.struct_ibv_srq
+	if rc := C.shim_create_srq(pd.pd, C.uint32_t(cfg.MaxRecvWR), C.uint32_t(max(cfg.MaxRecvSGE, 1)), C.uintptr_t(s.key), &srq); rc != 0 {
 		unregister(s.key)
-		return nil, fmt.Errorf("verbs: ibv_create_srq: %v: %w", err, driver.ErrResources)
+		return nil, fmt.Errorf("verbs: %w", localError("ibv_create_srq", errnoOf(rc)))
 	}
 	s.srq = srq
 	if cfg.LowWatermark > 0 {
@@ -142,7 +142,7 @@ func (s *SRQ) Close() error {
 	if s.closed {
 		return nil
 	}
-	if rc := C.shim_ret(C.ibv_destroy_srq(s.srq)); rc != 0 {
+	if rc := C.shim_destroy_srq(s.srq); rc != 0 {
 		// EBUSY: a QP still uses it.
 		return fmt.Errorf("verbs: ibv_destroy_srq: %w", errnoOf(rc))
 	}

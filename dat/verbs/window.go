@@ -69,18 +69,18 @@ func (pd *PD) allocWindow() (driver.Window, error) {
 	if pd.closed {
 		return nil, fmt.Errorf("verbs: alloc window: PD closed: %w", net.ErrClosed)
 	}
-	mw, err := C.shim_alloc_mw(pd.pd)
-	if mw == nil {
-		return nil, allocMWError(err)
+	var mw *C.struct_ibv_mw
+	if rc := C.shim_alloc_mw(pd.pd, &mw); rc != 0 {
+		return nil, allocMWError(errnoOf(rc))
 	}
 	return &Window{pd: pd, mw: mw}, nil
 }
 
 func allocMWError(err error) error {
 	if errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS) {
-		return fmt.Errorf("verbs: ibv_alloc_mw: %v: %w", err, driver.ErrNotSupported)
+		return fmt.Errorf("verbs: ibv_alloc_mw: %w: %w", err, driver.ErrNotSupported)
 	}
-	return fmt.Errorf("verbs: ibv_alloc_mw: %v: %w", err, driver.ErrResources)
+	return fmt.Errorf("verbs: %w", localError("ibv_alloc_mw", err))
 }
 
 // Binding reports the key of the current binding.
@@ -148,10 +148,10 @@ func (w *Window) resetLocked(extra *C.struct_ibv_mr) {
 	if extra != nil {
 		w.pd.deregOwn(extra)
 	}
-	mw, err := C.shim_alloc_mw(w.pd.pd)
-	if mw == nil {
+	var mw *C.struct_ibv_mw
+	if rc := C.shim_alloc_mw(w.pd.pd, &mw); rc != 0 {
 		// Later binds fail with ErrResources; Close is a no-op.
-		w.pd.ia.logf("ibv_alloc_mw after a failed bind: %v", err)
+		w.pd.ia.logf("ibv_alloc_mw after a failed bind: %v", errnoOf(rc))
 		return
 	}
 	w.mw = mw
@@ -171,16 +171,16 @@ func (pd *PD) regExact(m *MR, addr, length uint64, access driver.Access) (*C.str
 	}
 	// The memory is m's, which package dat keeps registered (and its
 	// Go slice reachable) while the window is bound over it.
-	r, err := C.shim_reg_mr(pd.pd, C.uintptr_t(addr), C.size_t(length), flags)
-	if r == nil {
-		return nil, fmt.Errorf("verbs: bind window: ibv_reg_mr of the window's range: %v: %w", err, driver.ErrResources)
+	var r *C.struct_ibv_mr
+	if rc := C.shim_reg_mr(pd.pd, C.uintptr_t(addr), C.size_t(length), flags, &r); rc != 0 {
+		return nil, fmt.Errorf("verbs: bind window: %w", localError("ibv_reg_mr of the window's range", errnoOf(rc)))
 	}
 	return r, nil
 }
 
 // deregOwn deregisters a registration made by regExact.
 func (pd *PD) deregOwn(r *C.struct_ibv_mr) {
-	if rc := C.shim_ret(C.ibv_dereg_mr(r)); rc != 0 {
+	if rc := C.shim_dereg_mr(r); rc != 0 {
 		pd.ia.logf("ibv_dereg_mr of a window's registration: %v", errnoOf(rc))
 	}
 }
