@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"strconv"
 )
 
 // Addr is the address of an rdmanet endpoint: an IP address and a port
@@ -16,10 +17,14 @@ type Addr struct {
 // Network returns "rdma".
 func (a *Addr) Network() string { return "rdma" }
 
-// String returns "host:port" ("[v6]:port" for IPv6).
+// String returns "host:port" ("[v6]:port" for IPv6), or ":port" for an
+// Addr with no IP (a local address that leaves the IP to the system).
 func (a *Addr) String() string {
 	if a == nil {
 		return "<nil>"
+	}
+	if !a.IP.IsValid() {
+		return ":" + strconv.Itoa(int(a.Port))
 	}
 	return netip.AddrPortFrom(a.IP, a.Port).String()
 }

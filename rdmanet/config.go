@@ -5,17 +5,18 @@ import (
 	"github.com/rdmanet/rdmanet/internal/ring"
 )
 
-// Defaults. The buffer size was chosen by measurement (BenchmarkThroughput
-// with RDMANET_BENCH_BUF on loopback iWARP, 2 cores, 2 MiB L2): 128 KiB
-// rings were ~20% slower with 1 MiB writes; 512 KiB and 1 MiB were slower
-// with 64 KiB writes (about half: ring plus staging no longer stay in
-// cache) and no better with 1 MiB writes. Every connection maps its ring
-// and its staging buffer, so 256 KiB each is also the cheapest setting
-// that keeps up with TCP.
+// Buffer sizes. A connection whose Dialer or ListenConfig leaves
+// BufferSize 0 is adaptive (see resize.go): its receive ring and staging
+// buffer start at DefaultBufferSize, grow up to MaxBufferSize while the
+// round trip limits a stream, and go back when the connection idles. A
+// BufferSize fixes both sizes instead.
 const (
-	// DefaultBufferSize is the receive ring size and the staging buffer
-	// size of a connection when the Dialer or ListenConfig does not say.
-	DefaultBufferSize = 256 << 10
+	// DefaultBufferSize is the receive ring and staging buffer size an
+	// adaptive connection starts with and shrinks back to.
+	DefaultBufferSize = 64 << 10
+	// MaxBufferSize is the largest an adaptive connection's receive ring
+	// and staging buffer grow.
+	MaxBufferSize = 4 << 20
 	// minBufferSize bounds BufferSize from below (the handshake's minimum
 	// ring).
 	minBufferSize = 4096
@@ -30,21 +31,36 @@ const (
 
 // connConfig is what one connection is built with.
 type connConfig struct {
-	poll      dat.PollPolicy
-	bufSize   int
-	recvs     int
-	sendDepth int
+	poll dat.PollPolicy
+	// bufSize is the initial ring and staging size; adaptive Conns grow
+	// them up to maxBuf (see resize.go), fixed ones keep them.
+	bufSize, maxBuf int
+	adaptive        bool
+	recvs           int
+	sendDepth       int
 }
 
 func newConnConfig(bufSize int, poll dat.PollPolicy) connConfig {
+	cfg := connConfig{poll: poll, recvs: defaultRecvs, sendDepth: defaultSendDepth}
 	if bufSize <= 0 {
+		cfg.adaptive = true
 		bufSize = DefaultBufferSize
 	}
 	bufSize = max(bufSize, minBufferSize)
-	bufSize = (bufSize + pageSize - 1) &^ (pageSize - 1)
-	return connConfig{
-		poll: poll, bufSize: bufSize, recvs: defaultRecvs, sendDepth: defaultSendDepth,
+	cfg.bufSize = (bufSize + pageSize - 1) &^ (pageSize - 1)
+	cfg.maxBuf = cfg.bufSize
+	if cfg.adaptive {
+		cfg.maxBuf = MaxBufferSize
 	}
+	return cfg
+}
+
+// fixedSize is the configured BufferSize: 0 for an adaptive Conn.
+func (cfg connConfig) fixedSize() int {
+	if cfg.adaptive {
+		return 0
+	}
+	return cfg.bufSize
 }
 
 // chunk bounds one reservation of a Write: half the peer's ring, so the

@@ -11,6 +11,7 @@ import (
 	"github.com/rdmanet/rdmanet/dat"
 	"github.com/rdmanet/rdmanet/internal/ring"
 	"github.com/rdmanet/rdmanet/rdmanet/internal/handshake"
+	"github.com/rdmanet/rdmanet/rdmanet/internal/wire"
 )
 
 // Conn is an rdmanet connection: a net.Conn over one DAT endpoint. It is
@@ -21,13 +22,13 @@ import (
 // staging buffer Writes copy into; small control Sends carry positions,
 // credit and FIN. See the package documentation for the protocol.
 type Conn struct {
-	id    uint64    // process-wide number, for listings and logs
-	born  time.Time // when the Conn was made
-	log   *slog.Logger
-	ia    *sharedIA
-	cfg   connConfig
-	ep    *dat.EP
-	evd   *dat.EVD
+	id   uint64    // process-wide number, for listings and logs
+	born time.Time // when the Conn was made
+	log  *slog.Logger
+	ia   *sharedIA
+	cfg  connConfig
+	ep   *dat.EP
+	evd  *dat.EVD
 	ctrl *region // control receive and send slots
 	// recv is our receive ring, which the peer RDMA-writes; stage is our
 	// staging buffer, the source of our RDMA Writes; dst is where in the
@@ -95,8 +96,20 @@ type Conn struct {
 	writeShut       bool
 	err             error // the transport is gone (or Close came first): why
 	driving         bool  // a drive goroutine is out (see driveLocked)
-	refs            int   // the Conn itself plus Reads/Writes inside it
-	st              counters
+	// Ring resizing (resize.go). As the reader: offering while a new
+	// ring is being registered, offer once registered (offerUnsent
+	// until a control message carried it). As the writer: the peer's
+	// offer not yet adopted, and the switch position not yet announced.
+	offering, offerUnsent bool
+	offer                 *region
+	peerOffer             wire.Offer
+	hasOffer              bool
+	switchUnsent          bool
+	switchPos             uint64
+	windowFull            bool      // the writer's latest message filled our ring (resize.go)
+	retired               []*region // regions to free once c.mu is released
+	refs                  int       // the Conn itself plus Reads/Writes inside it
+	st                    counters
 }
 
 // Timeouts of teardown: how long Close lets queued data and the FIN
@@ -138,19 +151,19 @@ func newConn(s *sharedIA, cfg connConfig, log *slog.Logger, d *Dialer) (c *Conn,
 	}
 	c.evd.SetPollPolicy(cfg.poll)
 	attr := dat.EPAttr{
-		ServiceType: dat.ServiceTypeRC, MaxMessageSize: ctrlSlot, MaxRDMASize: uint32(cfg.bufSize),
+		ServiceType: dat.ServiceTypeRC, MaxMessageSize: ctrlSlot, MaxRDMASize: uint32(cfg.maxBuf),
 		QoS: dat.QoSBestEffort, RecvCompletionFlags: dat.CompletionEVDThreshold, RequestCompletionFlags: dat.CompletionEVDThreshold,
 		MaxRecvDTOs: cfg.recvs, MaxRequestDTOs: cfg.sendDepth, MaxRecvIOV: 1, MaxRequestIOV: 2, MaxRDMAWriteIOV: 2,
 	}
 	if c.ep, err = s.ia.CreateEP(s.pz, c.evd, c.evd, c.evd, &attr); err != nil {
 		return nil, err
 	}
-	rg, err := newRegion(s, cfg.bufSize, dat.MemPrivLocalWrite|dat.MemPrivRemoteWrite)
+	rg, err := newRegion(s, cfg.bufSize, recvPriv)
 	if err != nil {
 		return nil, err
 	}
 	c.recv = newSpans(rg)
-	sg, err := newRegion(s, cfg.bufSize, dat.MemPrivLocalRead)
+	sg, err := newRegion(s, cfg.bufSize, stagePriv)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +185,7 @@ func newConn(s *sharedIA, cfg connConfig, log *slog.Logger, d *Dialer) (c *Conn,
 // hello is this side's half of the handshake.
 func (c *Conn) hello() []byte {
 	return handshake.AppendHello(make([]byte, 0, handshake.HelloLen), handshake.Hello{
-		Version: handshake.Version, Credits: uint16(c.cfg.recvs),
+		Version: handshake.Version, Flags: handshake.FlagRingResize, Credits: uint16(c.cfg.recvs),
 		RingAddr: c.recv.cur.reg.addr, RingKey: c.recv.cur.reg.rkey, RingSize: uint32(c.recv.size()),
 	})
 }
@@ -483,6 +496,10 @@ func (c *Conn) releaseMemory() {
 		r.free()
 	}
 	for _, r := range c.stage.regions() {
+		r.free()
+	}
+	c.offer.free()
+	for _, r := range c.retired {
 		r.free()
 	}
 	c.ctrl.free()

@@ -69,7 +69,11 @@ func (c *Conn) awaitData() (uint64, spans, error) {
 			c.mu.Unlock()
 			return 0, spans{}, err
 		}
+		grow := c.maybeGrowLocked()
 		c.mu.Unlock()
+		if grow > 0 {
+			c.offerRing(grow)
+		}
 		if c.poll(k) {
 			continue
 		}

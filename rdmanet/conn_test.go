@@ -211,9 +211,9 @@ func TestCloseUnblocks(t *testing.T) {
 
 func TestGracefulCloseDelivers(t *testing.T) {
 	forEach(t, func(t *testing.T, ia string) {
-		c1, c2, stop := pipe(t, ia, 0)
+		c1, c2, stop := pipe(t, ia, 256<<10)
 		defer stop()
-		data := bytes.Repeat([]byte("0123456789"), 20000) // fits the ring
+		data := bytes.Repeat([]byte("0123456789"), 20000) // fits the 256 KiB ring
 		if _, err := c1.Write(data); err != nil {
 			t.Fatal(err)
 		}

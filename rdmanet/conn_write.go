@@ -74,6 +74,7 @@ func (c *Conn) reserve(want uint64) (uint64, error) {
 			return 0, os.ErrDeadlineExceeded
 		}
 		c.mu.Lock()
+		c.adoptOfferLocked() // we hold writeMu: a pending offer is ours to adopt
 		switch {
 		case c.closedLocked():
 			w.endLocked(c)
@@ -108,6 +109,7 @@ func (c *Conn) reserve(want uint64) (uint64, error) {
 		if space > 0 {
 			return space, nil
 		}
+		c.growStage()
 		if c.poll(k) {
 			continue
 		}
@@ -217,7 +219,8 @@ func (c *Conn) writeInline(b []byte) bool {
 	c.postMu.Lock()
 	defer c.postMu.Unlock()
 	c.mu.Lock()
-	if c.finWanted || !c.canControlLocked() || c.dst.free(c.sProd, c.sPeerCons) < uint64(len(b)) {
+	if c.finWanted || !c.canControlLocked() || c.dst.free(c.sProd, c.sPeerCons) < uint64(len(b)) ||
+		len(b) > wire.InlineRoom(c.extFlagsLocked()) {
 		c.mu.Unlock()
 		return false
 	}

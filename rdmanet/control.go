@@ -43,7 +43,7 @@ func (c *Conn) postRecv(i int) error {
 func (c *Conn) wantControlLocked() bool {
 	return c.sProd != c.sProdSent ||
 		(c.finWanted && !c.finSent) ||
-		c.firstDue ||
+		c.firstDue || c.offerUnsent || c.switchUnsent ||
 		c.returnDueLocked() ||
 		c.cc.grantDue()
 }
@@ -142,6 +142,16 @@ func (c *Conn) postControlLocked(payload []byte) {
 		m.Flags |= wire.FlagFIN
 		c.finSent = true
 	}
+	if c.offerUnsent {
+		m.Flags |= wire.FlagOffer
+		m.Offer = wire.Offer{Addr: c.offer.addr, Key: c.offer.rkey, Size: uint32(len(c.offer.buf))}
+		c.offerUnsent = false
+	}
+	if c.switchUnsent {
+		m.Flags |= wire.FlagSwitch
+		m.Switch = c.switchPos
+		c.switchUnsent = false
+	}
 	c.sProdSent, c.rReported, c.firstDue = c.sProd, c.rCons, false
 	off := c.sendSlotOff(seq)
 	b, err := wire.Append(c.ctrl.buf[off:off:off+ctrlSlot], &m)
@@ -192,4 +202,17 @@ func (c *Conn) stageAtSignal() uint64 {
 func (c *Conn) returnDueLocked() bool {
 	size := c.recv.size()
 	return c.recv.cur.r.ReturnDue(c.rProd, max(c.rCons, c.recv.cur.start), max(c.rReported, c.recv.cur.start), size/4, size/32)
+}
+
+// extFlagsLocked are the extensions the next control message carries,
+// which take room from its inline data. Callers hold c.mu.
+func (c *Conn) extFlagsLocked() uint8 {
+	var f uint8
+	if c.offerUnsent {
+		f |= wire.FlagOffer
+	}
+	if c.switchUnsent {
+		f |= wire.FlagSwitch
+	}
+	return f
 }

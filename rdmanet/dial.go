@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"syscall"
 	"time"
 
 	"github.com/rdmanet/rdmanet/dat"
@@ -23,10 +24,52 @@ type Dialer struct {
 	// Deadline is an absolute limit for a dial (zero: none). The earlier
 	// of Timeout, Deadline and the context's deadline applies.
 	Deadline time.Time
-	// LocalAddr is the local address to dial from; only its IP is used
-	// (the provider picks the port). It also selects the IA: the default
-	// iWARP IA is opened bound to this address.
+	// LocalAddr is the local address to dial from, as net.Dialer's: its
+	// IP, if set, also selects the IA (the default iWARP IA is opened
+	// bound to it), and a non-zero port is the connection's local port
+	// (the TCP port with the iwarp provider, the rdma_cm port with verbs);
+	// 0 lets the system pick. A dial from a fixed port is made afresh,
+	// never through dup-connect (see NoDup), whose connection would have
+	// the same four-tuple as the one it copies, and so is Conn.Dup's
+	// connection, from a port the system picks. The TCP fallback dials
+	// from the same address and port.
 	LocalAddr net.Addr
+	// Control, if not nil, is called on the connection's socket after it
+	// is created and before it is bound and connected, with the network
+	// ("tcp4" or "tcp6") and the remote address, as net.Dialer.Control:
+	// it lets a program set socket options (SO_MARK, a TOS, a device
+	// binding) that rdmanet does not know. An error it returns fails the
+	// dial with that error in the *net.OpError. It reaches the socket of
+	// a provider that connects over TCP (iwarp) and that of the TCP
+	// fallback; the verbs provider has no socket of its own (the kernel's
+	// rdma_cm owns the connection) and ignores it.
+	Control func(network, address string, c syscall.RawConn) error
+	// ControlContext is Control with the dial's context; if it is not
+	// nil, Control is ignored, as with net.Dialer.
+	ControlContext func(ctx context.Context, network, address string, c syscall.RawConn) error
+	// KeepAlive is how long a connection may stay silent before it is
+	// probed to find out whether the peer is still there, with package
+	// net's conventions: zero means the default, 15 s; negative turns
+	// probes off. It is ignored when KeepAliveConfig.Enable is true.
+	//
+	// A peer that vanishes (its host crashed, its network is gone)
+	// without closing the connection then fails a Read or Write blocked
+	// on it, with an error that matches syscall.ETIMEDOUT, about
+	// Idle + Interval × Count after it last answered (2 min 30 s with the
+	// defaults). With the iwarp provider the probes are TCP keepalives on
+	// its socket, and unacknowledged data is given up after the same time
+	// (TCP_USER_TIMEOUT), so a Write blocked with data in flight fails as
+	// soon. With the verbs provider on InfiniBand or RoCE they are
+	// zero-length RDMA Writes sent after Idle without a completion, and
+	// one not acknowledged within Interval × Count breaks the connection;
+	// on iWARP devices (siw) the kernel's TCP carries the connection and
+	// the provider cannot probe it.
+	KeepAlive time.Duration
+	// KeepAliveConfig sets the probes in detail, as
+	// net.Dialer.KeepAliveConfig: when Enable is true it applies as it
+	// is, zero fields getting the defaults (Idle and Interval 15 s, Count
+	// 9); otherwise KeepAlive decides.
+	KeepAliveConfig net.KeepAliveConfig
 	// IA names the DAT interface adapter: a registry name, a provider name
 	// or "provider:args" (see package dat). Empty means "iwarp".
 	IA string
@@ -100,7 +143,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	defer cancel()
 	var local *Addr
 	if d.LocalAddr != nil {
-		local = addrFrom(d.LocalAddr)
+		local = localFrom(d.LocalAddr)
 	}
 	aps, err := resolve(ctx, network, address, false)
 	if err != nil {
@@ -126,11 +169,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	}
 	if d.FallbackTCP && ctx.Err() == nil {
 		rcancel()
-		var nd net.Dialer
-		if local != nil {
-			nd.LocalAddr = &net.TCPAddr{IP: local.IP.AsSlice()}
-		}
-		c, err := nd.DialContext(ctx, tcpNetwork(network), address)
+		c, err := d.tcpDialer(local).DialContext(ctx, tcpNetwork(network), address)
 		if err == nil {
 			fc := &FallbackConn{Conn: c, Reason: dialFallbackReason(first), Err: first}
 			countFallback(d.Logger, fc)
@@ -220,7 +259,8 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 	}
 	defer s.release() // the Conn holds its own reference
 	key := ap.String()
-	if tmpl == nil && !d.NoDup {
+	fixedPort := local != nil && local.Port != 0
+	if tmpl == nil && !d.NoDup && !fixedPort {
 		tmpl = s.template(key)
 	}
 	c, err := newConn(s, newConnConfig(d.bufferSize(), d.Poll), d.Logger, d)
@@ -241,12 +281,16 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 	err = errNotConnected
 	dup := tmpl != nil
 	if dup {
-		err = c.ep.DupConnect(tmpl.ep, timeout, hello, dat.QoSBestEffort)
+		if err = c.ep.SetConnectOptions(d.connectOptions(local, true)); err == nil {
+			err = c.ep.DupConnect(tmpl.ep, timeout, hello, dat.QoSBestEffort)
+		}
 		dup = err == nil
 	}
 	if err != nil {
 		// No template, or it is no longer connected: a plain connect.
-		err = c.ep.Connect(ap.Addr(), dat.ConnQual(ap.Port()), timeout, hello, dat.QoSBestEffort, dat.ConnectDefault)
+		if err = c.ep.SetConnectOptions(d.connectOptions(local, false)); err == nil {
+			err = c.ep.Connect(ap.Addr(), dat.ConnQual(ap.Port()), timeout, hello, dat.QoSBestEffort, dat.ConnectDefault)
+		}
 	}
 	if err != nil {
 		c.destroy()

@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/rdmanet/rdmanet/dat"
+	"github.com/rdmanet/rdmanet/dat/driver"
 	"github.com/rdmanet/rdmanet/rdmanet/internal/handshake"
 )
 
@@ -141,6 +142,18 @@ func connectError(ev *dat.Event) error {
 		}
 		return &peerError{errno: syscall.ECONNREFUSED, cause: errors.New("rejected by the peer")}
 	case dat.ConnectionEventNonPeerRejected:
+		if errors.Is(ev.Conn.Err, driver.ErrResources) {
+			// The provider could not set the connection up on this side
+			// (a QP it could not create, say): a local failure, with the
+			// provider's errno in the chain, not a refusal by the peer.
+			return fmt.Errorf("rdmanet: setting up the connection on this side failed: %w", ev.Conn.Err)
+		}
+		var ce *controlError
+		if errors.As(ev.Conn.Err, &ce) {
+			// The Dialer's own Control refused the socket: the dial
+			// fails with its error, as net.Dialer's does.
+			return ce.err
+		}
 		return &peerError{errno: syscall.ECONNREFUSED, cause: ev.Conn.Err}
 	case dat.ConnectionEventUnreachable:
 		return &peerError{errno: syscall.EHOSTUNREACH, cause: ev.Conn.Err}

@@ -108,12 +108,25 @@ func (c *Conn) onRecv(ev *dat.Event) {
 // applyLocked checks a peer's message against what it may say and applies
 // it. A peer that moves a position backwards, overfills our ring, claims
 // consumption of bytes never written, writes after FIN or grants credits
-// it cannot have is cut off: trusting it would corrupt the stream.
+// it cannot have is cut off: trusting it would corrupt the stream. So is
+// one that resizes rings against the rules (see resize.go).
 func (c *Conn) applyLocked(m *wire.Control) error {
 	inline := m.Inline
-	switch {
-	case m.Seq != c.ctrlIn:
+	if m.Seq != c.ctrlIn {
 		return errProtocol("control message %d, expected %d", m.Seq, c.ctrlIn)
+	}
+	if m.HasSwitch() {
+		// First: the positions below may be in the new ring.
+		if err := c.applySwitchLocked(m.Switch, m.Prod-uint64(len(inline))); err != nil {
+			return err
+		}
+	}
+	if m.HasOffer() {
+		if err := c.applyOfferLocked(m.Offer); err != nil {
+			return err
+		}
+	}
+	switch {
 	case m.Prod-uint64(len(inline)) < c.rProd || m.Prod-uint64(len(inline)) < c.recv.cur.start || !c.recv.valid(m.Prod, c.rCons):
 		return errProtocol("producer position %d (ours: %d consumed of a %d-byte ring)", m.Prod, c.rCons, c.recv.size())
 	case c.rFIN && m.Prod != c.rProd:
@@ -136,12 +149,16 @@ func (c *Conn) applyLocked(m *wire.Control) error {
 		copy(cur.reg.buf[b.Off:b.End()], inline[k:])
 	}
 	c.rProd, c.sPeerCons = m.Prod, m.Cons
+	c.noteWindowLocked()
 	c.cc.received(m.Grant)
 	if m.FIN() {
 		c.rFIN = true
 	}
 	if c.readShut {
 		c.rCons = c.rProd // CloseRead: discard, and give the space back
+		if old := c.recv.retire(c.rCons); old != nil {
+			c.retired = append(c.retired, old)
+		}
 	}
 	return nil
 }
@@ -165,6 +182,7 @@ func (c *Conn) onSendDone(ev *dat.Event) {
 	if seq >= c.completed && seq < c.posted {
 		c.completed = seq + 1
 		c.stCons = max(c.stCons, c.stageEnd[seq%uint64(c.cfg.sendDepth)])
+		c.retireStageLocked()
 	}
 	c.mu.Unlock()
 }

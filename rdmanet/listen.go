@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rdmanet/rdmanet/dat"
@@ -49,6 +50,19 @@ type ListenConfig struct {
 	// failed connections at Info, with the reason. Nothing is logged per
 	// Read or Write. Nil means slog.Default() at the time of logging.
 	Logger *slog.Logger
+	// Control, if not nil, is called on the listening socket after it is
+	// created and before it is bound, with the network ("tcp4" or "tcp6")
+	// and the listen address, as net.ListenConfig.Control; an error it
+	// returns fails Listen. Providers that do not listen on a socket of
+	// their own (verbs) ignore it.
+	Control func(network, address string, c syscall.RawConn) error
+	// KeepAlive and KeepAliveConfig are the accepted connections'
+	// dead-peer detection, as Dialer.KeepAlive and
+	// Dialer.KeepAliveConfig are a dialed one's (zero: probes after 15 s
+	// of silence; negative KeepAlive: none), and as net.ListenConfig's
+	// are for TCP. A TCP client accepted with FallbackTCP gets them too.
+	KeepAlive       time.Duration
+	KeepAliveConfig net.KeepAliveConfig
 }
 
 // defaultBacklog is the kernel's somaxconn default: a burst of dials as
@@ -145,7 +159,8 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 	if l.evd, err = s.ia.CreateEVD(backlog+8, dat.EVDCR); err != nil {
 		return fail(err)
 	}
-	opts := &dat.PSPOptions{Backlog: backlog, SharePort: lc.SharePort}
+	opts := lc.pspOptions()
+	opts.Backlog = backlog
 	if lc.FallbackTCP {
 		opts.Fallback = l.fallback
 	}

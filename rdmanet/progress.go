@@ -73,7 +73,11 @@ func (c *Conn) poll(kicks uint64) bool {
 		}
 	}
 	if n > 0 {
-		// Answer the whole batch with at most one control message.
+		// Regions the events retired, an offered ring to write into
+		// (see resize.go); then answer the whole batch with at most one
+		// control message.
+		c.freeRetired()
+		c.adoptOffer()
 		c.flushControl()
 	}
 	c.pollMu.Unlock()

@@ -50,6 +50,10 @@ type Stats struct {
 	// transport failure no call has reported yet counts too.
 	Errors    uint64 `json:"errors"`
 	LastError string `json:"last_error,omitempty"`
+	// Resizes counts the receive rings this side offered the peer in
+	// place of its current one (growing or shrinking; see
+	// Dialer.BufferSize); Params.RecvRing is the size now.
+	Resizes uint64 `json:"resizes"`
 
 	// Provider is the DAT provider's name (e.g. "iwarp", "verbs") and IA
 	// the name of the interface adapter the connection runs on.
@@ -70,8 +74,12 @@ type Params struct {
 	// the most we may have outstanding at the peer.
 	RecvRing int `json:"recv_ring"`
 	SendRing int `json:"send_ring"`
-	// BufferSize is the configured buffer size: the receive ring's and
-	// the staging buffer's.
+	// Staging is the size of this side's staging buffer, which Writes
+	// copy into.
+	Staging int `json:"staging"`
+	// BufferSize is the configured buffer size (Dialer.BufferSize), 0
+	// for an adaptive connection, whose RecvRing and Staging follow the
+	// traffic.
 	BufferSize int `json:"buffer_size"`
 	// Credits is the number of control receives this side keeps posted
 	// (the control credits it gives the peer); PeerCredits the peer's.
@@ -94,6 +102,7 @@ type counters struct {
 	waits              [numWaits]uint64
 	waited             [numWaits]time.Duration
 	errors             uint64
+	resizes            uint64 // receive rings offered to the peer
 	lastErr            error
 	// failure is the transport's failure, once counted in errors; the
 	// I/O calls that report it later do not count it again.
@@ -195,10 +204,10 @@ func (c *Conn) Stats() Stats {
 		CreditStalls: c.st.waits[waitCredit], CreditStallTime: c.st.waited[waitCredit],
 		RingFullWaits: c.st.waits[waitRing], RingFullTime: c.st.waited[waitRing],
 		SendQueueWaits: c.st.waits[waitSendQueue], SendQueueTime: c.st.waited[waitSendQueue],
-		Errors: c.st.errors,
+		Errors: c.st.errors, Resizes: c.st.resizes,
 		Params: Params{
 			Version: int(c.peer.Version), RecvRing: int(c.recv.size()), SendRing: int(c.dst.r.Size),
-			BufferSize: c.cfg.bufSize, Credits: c.cfg.recvs, PeerCredits: int(c.peer.Credits),
+			Staging: int(c.stage.size()), BufferSize: c.cfg.fixedSize(), Credits: c.cfg.recvs, PeerCredits: int(c.peer.Credits),
 			SendDepth: c.cfg.sendDepth, Poll: pollString(c.cfg.poll),
 		},
 	}

@@ -75,7 +75,7 @@ func TestStatsCounts(t *testing.T) {
 		}
 		require.NotEmpty(t, s1.Provider)
 		require.Equal(t, s1.Provider, s2.Provider)
-		require.Equal(t, Params{Version: int(handshake.Version), RecvRing: 64 << 10, SendRing: 32 << 10, BufferSize: 64 << 10,
+		require.Equal(t, Params{Version: int(handshake.Version), RecvRing: 64 << 10, SendRing: 32 << 10, Staging: 64 << 10, BufferSize: 64 << 10,
 			Credits: defaultRecvs, PeerCredits: defaultRecvs, SendDepth: defaultSendDepth, Poll: "adaptive"}, s1.Params)
 		require.Equal(t, 32<<10, s2.Params.RecvRing)
 		require.Equal(t, 64<<10, s2.Params.SendRing)

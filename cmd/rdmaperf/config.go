@@ -38,6 +38,8 @@ type config struct {
 	// wait is how blocked calls wait for completions (dat.PollPolicy).
 	wait   dat.PollPolicy
 	buffer int
+	// stats: print the rdmanet connection's Stats when done.
+	stats bool
 	// Diagnostics: files for a CPU profile and an execution trace.
 	cpuprofile, trace string
 	// timeout bounds the whole run (connection set-up included), so a
@@ -73,10 +75,11 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.warmup, "warmup", -1, "client: untimed iterations before the timed ones (-1: iters/10)")
 	fs.BoolVar(&c.echo, "echo", false, "client, rdmanet bw: the server sends everything back (rstream's bandwidth test)")
 	fs.IntVar(&c.depth, "depth", 128, "client, dat bw: RDMA Writes outstanding (perftest's tx-depth)")
-	fs.IntVar(&c.buffer, "buffer", 0, "rdmanet: ring and staging buffer size in bytes, each side (0: rdmanet.DefaultBufferSize)")
+	fs.IntVar(&c.buffer, "buffer", 0, "rdmanet: ring and staging buffer size in bytes, each side (0: adaptive, from rdmanet.DefaultBufferSize up to rdmanet.MaxBufferSize)")
 	fs.BoolVar(&c.poll, "poll", false, "dat: busy-poll the EVDs (dat_evd_dequeue) instead of waiting")
 	fs.StringVar(&wait, "wait", "adaptive", "rdmanet and dat: how a blocked call waits for completions: adaptive (spin, then sleep), busy or event")
 	fs.DurationVar(&c.wait.Spin, "spin", 0, "rdmanet and dat, --wait adaptive: the spin before sleeping (0: the provider's advice)")
+	fs.BoolVar(&c.stats, "stats", false, "rdmanet: print the connection's Stats (rdmanet.Conn.Stats, as JSON) on stderr when done")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the run to `file`")
 	fs.StringVar(&c.trace, "trace", "", "write an execution trace of the run to `file` (go tool trace)")
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "give up after this long")

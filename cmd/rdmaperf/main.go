@@ -33,6 +33,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -64,6 +65,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintln(stdout, rep.String())
+	if rep.conn != nil {
+		b, _ := json.Marshal(rep.conn)
+		fmt.Fprintf(stderr, "rdmaperf: %s stats %s\n", cfg.role(), b)
+	}
 	return 0
 }
 

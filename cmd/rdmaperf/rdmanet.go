@@ -89,6 +89,7 @@ func rdmanetServer(cfg *config, ready func(addr string)) (*report, error) {
 	if n, err := conn.Read(hdr[:1]); n != 0 || err != io.EOF {
 		return nil, fmt.Errorf("waiting for the client to close: read %d bytes, %v", n, err)
 	}
+	rep.conn = connStats(cfg, conn)
 	return rep, nil
 }
 
@@ -177,6 +178,7 @@ func rdmanetClient(cfg *config) (*report, error) {
 	if err != nil {
 		return nil, err
 	}
+	rep.conn = connStats(cfg, conn)
 	return rep, conn.Close()
 }
 
@@ -246,6 +248,16 @@ func readByte(conn net.Conn, what string) error {
 			err = io.ErrUnexpectedEOF
 		}
 		return fmt.Errorf("waiting for %s: %w", what, err)
+	}
+	return nil
+}
+
+// connStats is conn's Stats when --stats asks for them and conn is an
+// rdmanet connection.
+func connStats(cfg *config, conn net.Conn) *rdmanet.Stats {
+	if c, ok := conn.(*rdmanet.Conn); ok && cfg.stats {
+		s := c.Stats()
+		return &s
 	}
 	return nil
 }

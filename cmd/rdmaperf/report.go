@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/rdmanet/rdmanet/rdmanet"
 )
 
 // report is one side's result, printed as one line of key=value pairs:
@@ -22,6 +24,8 @@ type report struct {
 	bytes   int64
 	elapsed time.Duration
 	lat     *latencies // lat tests only
+	// conn is the rdmanet connection's Stats at the end (--stats).
+	conn *rdmanet.Stats
 }
 
 func (r *report) String() string {

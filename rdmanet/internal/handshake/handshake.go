@@ -11,7 +11,7 @@
 //	offset size field
 //	0      4    magic "RDNT" (0x52444E54)
 //	4      1    version (1)
-//	5      1    flags (none defined in version 1; receivers ignore them)
+//	5      1    flags: FlagRingResize; receivers ignore flags they do not know
 //	6      2    initial credits: control receives the sender has posted
 //	8      8    receive ring address (the RDMA tagged offset of byte 0)
 //	16     4    receive ring STag / rkey
@@ -57,6 +57,15 @@ const (
 	// peer from claiming more than any QP can hold.
 	MinCredits = 2
 	MaxCredits = 4096
+)
+
+// Flags of a Hello: capabilities the sender has, which peers of an earlier
+// revision of version 1 do not set and ignore.
+const (
+	// FlagRingResize: the sender understands ring offers and switches
+	// in control messages (wire.FlagOffer, wire.FlagSwitch), so its
+	// peer may offer it a new ring to write into.
+	FlagRingResize uint8 = 1 << 0
 )
 
 // Hello is one side's half of the handshake: where the peer may RDMA-write
