@@ -184,11 +184,27 @@ func newConn(s *sharedIA, cfg connConfig, log *slog.Logger, d *Dialer) (c *Conn,
 
 // hello is this side's half of the handshake.
 func (c *Conn) hello() []byte {
+	flags := handshake.FlagRingResize
+	if testLegacy != nil && testLegacy(c) {
+		c.mu.Lock()
+		c.cfg.adaptive = false
+		c.mu.Unlock()
+		flags = 0
+	}
 	return handshake.AppendHello(make([]byte, 0, handshake.HelloLen), handshake.Hello{
-		Version: handshake.Version, Flags: handshake.FlagRingResize, Credits: uint16(c.cfg.recvs),
+		Version: handshake.Version, Flags: flags, Credits: uint16(c.cfg.recvs),
 		RingAddr: c.recv.cur.reg.addr, RingKey: c.recv.cur.reg.rkey, RingSize: uint32(c.recv.size()),
 	})
 }
+
+// Test hooks, nil outside tests. testLegacy makes a Conn behave as a peer
+// of the revision before ring resizing: no handshake.FlagRingResize, no
+// offers. testControl edits each control message a Conn sends, so tests
+// can play a peer that breaks the rules.
+var (
+	testLegacy  func(*Conn) bool
+	testControl func(*Conn, *wire.Control)
+)
 
 // setPeer records the peer's Hello. It takes c.mu: Stats may read the
 // Conn while it is in its handshake.

@@ -153,6 +153,9 @@ func (c *Conn) postControlLocked(payload []byte) {
 		c.switchUnsent = false
 	}
 	c.sProdSent, c.rReported, c.firstDue = c.sProd, c.rCons, false
+	if testControl != nil {
+		testControl(c, &m)
+	}
 	off := c.sendSlotOff(seq)
 	b, err := wire.Append(c.ctrl.buf[off:off:off+ctrlSlot], &m)
 	if err != nil {

@@ -4,9 +4,13 @@ import (
 	"crypto/sha256"
 	"io"
 	"math/rand/v2"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rdmanet/rdmanet/rdmanet/internal/wire"
 )
 
 // stream writes n pseudo-random bytes from c1 to c2 in writes of size w and
@@ -60,4 +64,143 @@ func TestFixedBufferDoesNotGrow(t *testing.T) {
 	require.Equal(t, 64<<10, c2.Stats().Params.RecvRing)
 	require.Equal(t, 64<<10, c1.Stats().Params.SendRing)
 	require.Zero(t, c2.Stats().Resizes)
+}
+
+// TestRingResizeLegacyPeer: a peer of the revision before ring resizing
+// (no FlagRingResize in its Hello, no offers of its own) still connects,
+// in either role, and the stream works both ways on fixed rings.
+func TestRingResizeLegacyPeer(t *testing.T) {
+	for _, legacy := range []string{"dialer", "listener"} {
+		t.Run("legacy "+legacy, func(t *testing.T) {
+			testLegacy = func(c *Conn) bool { return (c.listener == nil) == (legacy == "dialer") }
+			defer func() { testLegacy = nil }()
+			c1, c2, stop := pipe(t, "iwarp", 0)
+			defer stop()
+			stream(t, c1, c2, 16<<20, 1<<20)
+			stream(t, c2, c1, 16<<20, 1<<20)
+			for _, c := range []*Conn{c1, c2} {
+				s := c.Stats()
+				require.Zero(t, s.Resizes)
+				require.Equal(t, DefaultBufferSize, s.Params.RecvRing)
+				require.Equal(t, DefaultBufferSize, s.Params.SendRing)
+			}
+		})
+	}
+}
+
+// hostileOnce makes c's next control message m's edit of it.
+func hostileOnce(c *Conn, edit func(m *wire.Control)) {
+	var once sync.Once
+	testControl = func(from *Conn, m *wire.Control) {
+		if from == c {
+			once.Do(func() { edit(m) })
+		}
+	}
+}
+
+// wantViolation reads from c until it fails, and wants a protocol
+// violation naming what.
+func wantViolation(t *testing.T, c *Conn, what string) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := io.Copy(io.Discard, c)
+	require.Error(t, err)
+	require.ErrorContains(t, err, "protocol violation")
+	require.ErrorContains(t, err, what)
+}
+
+// TestRingResizeHostile: a peer that breaks the resizing rules is cut off
+// with a protocol violation that says which rule.
+func TestRingResizeHostile(t *testing.T) {
+	defer func() { testControl = nil }()
+	send := func(t *testing.T, c *Conn) {
+		_, err := c.Write([]byte("x"))
+		require.NoError(t, err)
+	}
+	cases := []struct {
+		name, want string
+		edit       func(m *wire.Control)
+	}{
+		{"switch without an offer", "ring switch without an offer", func(m *wire.Control) {
+			m.Flags |= wire.FlagSwitch
+			m.Switch = m.Prod - uint64(len(m.Inline))
+		}},
+		{"offer too small", "ring offer of 100 bytes", func(m *wire.Control) {
+			m.Flags |= wire.FlagOffer
+			m.Offer = wire.Offer{Addr: 1 << 20, Key: 1, Size: 100}
+		}},
+		{"offer too large", "ring offer of", func(m *wire.Control) {
+			m.Flags |= wire.FlagOffer
+			m.Offer = wire.Offer{Addr: 1 << 20, Key: 1, Size: 1<<30 + 1}
+		}},
+		{"offer wraps", "wraps the address space", func(m *wire.Control) {
+			m.Flags |= wire.FlagOffer
+			m.Offer = wire.Offer{Addr: ^uint64(0) - 4095, Key: 1, Size: 1 << 20}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c1, c2, stop := pipe(t, "iwarp", 0)
+			defer stop()
+			hostileOnce(c1, tc.edit)
+			send(t, c1)
+			wantViolation(t, c2, tc.want)
+		})
+	}
+
+	t.Run("second offer before the first is adopted", func(t *testing.T) {
+		c1, c2, stop := pipe(t, "iwarp", 0)
+		defer stop()
+		// While we hold c2's writeMu, c2 cannot adopt an offer.
+		c2.writeMu.Lock()
+		defer c2.writeMu.Unlock()
+		offer := func(m *wire.Control) {
+			m.Flags |= wire.FlagOffer
+			m.Offer = wire.Offer{Addr: 1 << 20, Key: 1, Size: 1 << 20}
+		}
+		hostileOnce(c1, offer)
+		send(t, c1)
+		require.Eventually(t, func() bool {
+			c2.applyQueued()
+			c2.mu.Lock()
+			defer c2.mu.Unlock()
+			return c2.hasOffer
+		}, 5*time.Second, time.Millisecond)
+		hostileOnce(c1, offer)
+		send(t, c1)
+		wantViolation(t, c2, "ring offer while the previous one is not adopted")
+	})
+
+	// A switch at a position the old ring cannot hold, or one that moves
+	// backwards: c2 offers c1 a ring for real, and c1 lies about where
+	// it switched.
+	for _, tc := range []struct {
+		name string
+		at   func(p uint64) uint64
+	}{
+		{"switch beyond what was written", func(p uint64) uint64 { return p + 1<<20 }},
+		{"switch backwards", func(p uint64) uint64 { return p - 1 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c1, c2, stop := pipe(t, "iwarp", 0)
+			defer stop()
+			stream(t, c1, c2, 1000, 1000)
+			hostileOnce(c1, func(m *wire.Control) {
+				if m.HasSwitch() {
+					m.Switch = tc.at(m.Switch)
+				}
+			})
+			c2.mu.Lock()
+			c2.offering = true
+			c2.mu.Unlock()
+			c2.offerRing(1 << 20)
+			// c1 adopts the offer when it next polls.
+			go func() {
+				buf := make([]byte, 1)
+				c1.SetReadDeadline(time.Now().Add(10 * time.Second))
+				c1.Read(buf)
+			}()
+			wantViolation(t, c2, "ring switch at position")
+		})
+	}
 }
