@@ -106,10 +106,14 @@ type Conn struct {
 	hasOffer              bool
 	switchUnsent          bool
 	switchPos             uint64
-	windowFull            bool      // the writer's latest message filled our ring (resize.go)
-	retired               []*region // regions to free once c.mu is released
-	refs                  int       // the Conn itself plus Reads/Writes inside it
-	st                    counters
+	windowFull            bool // the writer's latest message filled our ring (resize.go)
+	// The janitor's view: positions at its last tick, and for how many
+	// ticks nothing moved (janitor.go).
+	idleMark  [2]uint64
+	idleTicks int
+	retired   []*region // regions to free once c.mu is released
+	refs      int       // the Conn itself plus Reads/Writes inside it
+	st        counters
 }
 
 // Timeouts of teardown: how long Close lets queued data and the FIN
@@ -508,6 +512,7 @@ func (c *Conn) leave() {
 
 func (c *Conn) releaseMemory() {
 	registry.removeConn(c)
+	janitorForget()
 	for _, r := range c.recv.regions() {
 		r.free()
 	}

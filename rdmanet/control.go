@@ -154,7 +154,11 @@ func (c *Conn) postControlLocked(payload []byte) {
 	}
 	c.sProdSent, c.rReported, c.firstDue = c.sProd, c.rCons, false
 	if testControl != nil {
-		testControl(c, &m)
+		// A copy, so that m itself does not escape (and allocate) in
+		// every call.
+		tm := m
+		testControl(c, &tm)
+		m = tm
 	}
 	off := c.sendSlotOff(seq)
 	b, err := wire.Append(c.ctrl.buf[off:off:off+ctrlSlot], &m)

@@ -107,6 +107,9 @@ func (c *Conn) offerRing(size uint64) {
 	c.offer, c.offerUnsent = reg, true
 	c.st.resizes++
 	c.mu.Unlock()
+	if size > uint64(c.cfg.bufSize) {
+		noteGrown()
+	}
 	c.flushControl()
 }
 
@@ -212,6 +215,7 @@ func (c *Conn) growStage() {
 	c.mu.Lock()
 	c.stage.switchTo(reg, c.stProd)
 	c.mu.Unlock()
+	noteGrown()
 }
 
 // retireStageLocked drops the old staging region once every request

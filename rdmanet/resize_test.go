@@ -204,3 +204,42 @@ func TestRingResizeHostile(t *testing.T) {
 		})
 	}
 }
+
+// TestRingShrinksWhenIdle: after a bulk stream grew them, an idle
+// connection's ring and staging buffer go back to DefaultBufferSize once
+// both ends sit in Read, its memory with them, and the stream still works.
+func TestRingShrinksWhenIdle(t *testing.T) {
+	c1, c2, stop := pipe(t, "iwarp", 0)
+	defer stop()
+	base := c1.mappedBytes()
+	stream(t, c1, c2, 64<<20, 1<<20)
+	require.Greater(t, c2.Stats().Params.RecvRing, DefaultBufferSize)
+	require.Greater(t, c1.stage.size(), uint64(DefaultBufferSize))
+	require.Greater(t, c1.mappedBytes()+c2.mappedBytes(), 2*base)
+
+	// Both ends idle in Read, as a server and a client waiting for a
+	// request or a response do.
+	var wg sync.WaitGroup
+	for _, c := range []*Conn{c1, c2} {
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.Read(make([]byte, 1))
+		}()
+	}
+	require.Eventually(t, func() bool {
+		return c2.Stats().Params.RecvRing == DefaultBufferSize && c1.Stats().Params.SendRing == DefaultBufferSize &&
+			c1.stage.size() == DefaultBufferSize && c1.mappedBytes() == base && c2.mappedBytes() == base
+	}, 15*time.Second, 50*time.Millisecond, "c2 ring %d, c1 staging %d, mapped %d and %d (base %d)",
+		c2.Stats().Params.RecvRing, c1.stage.size(), c1.mappedBytes(), c2.mappedBytes(), base)
+	for _, c := range []*Conn{c1, c2} {
+		c.SetReadDeadline(time.Now())
+	}
+	wg.Wait()
+	for _, c := range []*Conn{c1, c2} {
+		c.SetReadDeadline(time.Time{})
+	}
+	stream(t, c1, c2, 8<<20, 100<<10)
+	stream(t, c2, c1, 8<<20, 100<<10)
+}
