@@ -111,9 +111,12 @@ type Conn struct {
 	// ticks nothing moved (janitor.go).
 	idleMark  [2]uint64
 	idleTicks int
-	retired   []*region // regions to free once c.mu is released
-	refs      int       // the Conn itself plus Reads/Writes inside it
-	st        counters
+	// syncDue asks for a control message that requests a completion, so
+	// that the staging space of suppressed requests comes back (janitor).
+	syncDue bool
+	retired []*region // regions to free once c.mu is released
+	refs    int       // the Conn itself plus Reads/Writes inside it
+	st      counters
 }
 
 // Timeouts of teardown: how long Close lets queued data and the FIN

@@ -25,16 +25,24 @@ func (c *Conn) Write(b []byte) (int, error) {
 		// Small writes go inside a control message when they can go at
 		// once; otherwise (no credit, a full ring) the RDMA path below
 		// waits for room as usual.
-		if _, err := c.reserve(0); err != nil {
+		if _, err := c.reserve(0, true); err != nil {
 			return 0, c.ioError(opError("write", c.laddr, c.raddr, err))
 		}
 		if c.writeInline(b) {
 			return len(b), nil
 		}
 	}
+	if m := c.directMin(); m > 0 && len(b) >= m {
+		if n, err, ok := c.writeDirect(b); ok {
+			if err != nil {
+				return n, c.ioError(opError("write", c.laddr, c.raddr, err))
+			}
+			return n, nil
+		}
+	}
 	n := 0
 	for n < len(b) {
-		k, err := c.reserve(uint64(len(b) - n))
+		k, err := c.reserve(uint64(len(b)-n), true)
 		if err != nil {
 			return n, c.ioError(opError("write", c.laddr, c.raddr, err))
 		}
@@ -51,7 +59,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 	}
 	if len(b) == 0 {
 		// A zero-length Write still reports the connection's state.
-		if _, err := c.reserve(0); err != nil {
+		if _, err := c.reserve(0, true); err != nil {
 			return 0, c.ioError(opError("write", c.laddr, c.raddr, err))
 		}
 	}
@@ -59,13 +67,13 @@ func (c *Conn) Write(b []byte) (int, error) {
 }
 
 // reserve waits until up to want bytes (at least one) can be written and
-// returns how many: bounded by the peer's free ring space, our free
-// staging space and chunk. Callers hold writeMu, which makes stProd and
-// sProd theirs.
+// returns how many: bounded by the peer's free ring space, chunk, and for
+// staged bytes our free staging space. Callers hold writeMu, which makes
+// stProd and sProd theirs.
 //
 // A reservation that finds no room is a wait, counted in Stats by cause
 // with its duration; one that finds room at once reads no clock.
-func (c *Conn) reserve(want uint64) (uint64, error) {
+func (c *Conn) reserve(want uint64, staged bool) (uint64, error) {
 	var w waitTimer
 	for {
 		k := c.pr.kicks.Load()
@@ -94,7 +102,10 @@ func (c *Conn) reserve(want uint64) (uint64, error) {
 			c.mu.Unlock()
 			return 0, nil
 		}
-		space := min(c.dst.free(c.sProd, c.sPeerCons), c.stage.free(c.stProd, c.stCons), want, chunk(c.dst.r))
+		space := min(c.dst.free(c.sProd, c.sPeerCons), want, chunk(c.dst.r))
+		if staged {
+			space = min(space, c.stage.free(c.stProd, c.stCons))
+		}
 		// Up to two RDMA Writes per reservation, and a send-queue entry
 		// left for the control message that follows them.
 		if c.posted-c.completed+3 > uint64(c.cfg.sendDepth) {
@@ -109,7 +120,9 @@ func (c *Conn) reserve(want uint64) (uint64, error) {
 		if space > 0 {
 			return space, nil
 		}
-		c.growStage()
+		if staged {
+			c.growStage()
+		}
 		if c.poll(k) {
 			continue
 		}
@@ -122,24 +135,37 @@ func (c *Conn) reserve(want uint64) (uint64, error) {
 }
 
 // postData RDMA-writes the k staged bytes at stProd to the peer's ring at
-// sProd, then announces them. Each Write targets one contiguous piece of
-// the peer's ring (split in two at its wrap) and gathers from at most two
-// pieces of the staging ring. The Writes are posted with SUPPRESS: the
-// control Send after them completes only after they did (completions come
-// in post order), which releases their staging space. It reports false,
-// posting nothing, when Close came in between reserve and now: its FIN
-// may already be out, and no data may follow a FIN.
+// sProd, then announces them (see postWrites).
 func (c *Conn) postData(k uint64) bool {
+	_, ok := c.postWrites(k, nil, false)
+	return ok
+}
+
+// postWrites RDMA-writes k bytes to the peer's ring at sProd, then
+// announces them. The bytes come from the staging buffer at stProd, or,
+// when direct is set, from the caller's registered buffer it describes
+// (a zero-copy Write; see conn_direct.go). Each RDMA Write targets one
+// contiguous piece of the peer's ring (split in two at its wrap) and
+// gathers from at most two pieces of the source. The Writes are posted
+// with SUPPRESS, unless signal asks a completion of the last one: the
+// control Send after them completes only after they did (completions come
+// in post order), which releases their staging space. It returns the
+// sequence number of the last Write, and reports false, posting nothing,
+// when Close came in between reserve and now: its FIN may already be out,
+// and no data may follow a FIN.
+func (c *Conn) postWrites(k uint64, direct *directSource, signal bool) (uint64, bool) {
 	c.postMu.Lock()
 	defer c.postMu.Unlock()
 	c.mu.Lock()
 	if c.finWanted {
 		c.mu.Unlock()
-		return false
+		return 0, false
 	}
 	rpos, lpos := c.sProd, c.stProd
 	c.sProd += k
-	c.stProd += k
+	if direct == nil {
+		c.stProd += k
+	}
 	seq := c.posted
 	dst := c.dst
 	r1, r2 := dst.r.Segments(rpos, k)
@@ -148,34 +174,52 @@ func (c *Conn) postData(k uint64) bool {
 		nwr = 2
 	}
 	c.posted += nwr
+	last := seq + nwr - 1
 	c.st.rdmaWrites += nwr
-	c.stageEnd[seq%uint64(c.cfg.sendDepth)] = lpos + r1.Len
-	if nwr == 2 {
-		c.stageEnd[(seq+1)%uint64(c.cfg.sendDepth)] = lpos + k
+	if direct == nil {
+		c.stageEnd[seq%uint64(c.cfg.sendDepth)] = lpos + r1.Len
+		if nwr == 2 {
+			c.stageEnd[(seq+1)%uint64(c.cfg.sendDepth)] = lpos + k
+		}
+	} else {
+		// No staging: a completion of these releases none.
+		c.stageEnd[seq%uint64(c.cfg.sendDepth)] = lpos
+		c.stageEnd[last%uint64(c.cfg.sendDepth)] = lpos
+	}
+	if signal {
+		c.signaled = c.posted
 	}
 	c.mu.Unlock()
 	for _, r := range [2]struct{ off, n uint64 }{{r1.Off, r1.Len}, {r2.Off, r2.Len}} {
 		if r.n == 0 {
 			break
 		}
-		st := &c.stage.cur
-		a, b := st.r.Segments(lpos, r.n)
 		iov := c.wrIOV[:1]
-		c.wrIOV[0] = st.reg.triplet(a.Off, a.Len)
-		if b.Len > 0 {
-			c.wrIOV[1] = st.reg.triplet(b.Off, b.Len)
-			iov = c.wrIOV[:2]
+		if direct != nil {
+			c.wrIOV[0] = direct.take(r.n)
+		} else {
+			st := &c.stage.cur
+			a, b := st.r.Segments(lpos, r.n)
+			c.wrIOV[0] = st.reg.triplet(a.Off, a.Len)
+			if b.Len > 0 {
+				c.wrIOV[1] = st.reg.triplet(b.Off, b.Len)
+				iov = c.wrIOV[:2]
+			}
+		}
+		flags := dat.CompletionSuppress
+		if signal && seq == last {
+			flags = dat.CompletionDefault
 		}
 		rmr := dat.RMRTriplet{Addr: dst.addr + r.off, Length: uint32(r.n), Context: dst.key}
-		if err := c.ep.PostRDMAWrite(iov, seq, rmr, dat.CompletionSuppress); err != nil {
+		if err := c.ep.PostRDMAWrite(iov, seq, rmr, flags); err != nil {
 			c.fail(err)
-			return true // the next reserve reports the failure
+			return last, true // the next reserve reports the failure
 		}
 		seq++
 		lpos += r.n
 	}
 	c.flushControlPosting()
-	return true
+	return last, true
 }
 
 // ReadFrom reads r into the staging buffer directly and sends it, until
@@ -189,7 +233,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 	defer c.leave()
 	var total int64
 	for {
-		k, err := c.reserve(1 << 62)
+		k, err := c.reserve(1<<62, true)
 		if err != nil {
 			return total, c.ioError(opError("write", c.laddr, c.raddr, err))
 		}

@@ -43,7 +43,7 @@ func (c *Conn) postRecv(i int) error {
 func (c *Conn) wantControlLocked() bool {
 	return c.sProd != c.sProdSent ||
 		(c.finWanted && !c.finSent) ||
-		c.firstDue || c.offerUnsent || c.switchUnsent ||
+		c.firstDue || c.offerUnsent || c.switchUnsent || c.syncDue ||
 		c.returnDueLocked() ||
 		c.cc.grantDue()
 }
@@ -152,7 +152,7 @@ func (c *Conn) postControlLocked(payload []byte) {
 		m.Switch = c.switchPos
 		c.switchUnsent = false
 	}
-	c.sProdSent, c.rReported, c.firstDue = c.sProd, c.rCons, false
+	c.sProdSent, c.rReported, c.firstDue, c.syncDue = c.sProd, c.rCons, false, false
 	if testControl != nil {
 		// A copy, so that m itself does not escape (and allocate) in
 		// every call.
@@ -190,7 +190,7 @@ func (c *Conn) postControlLocked(payload []byte) {
 // Close waits for it. Skipping the rest halves the events a stream of
 // small Writes wakes the dispatcher for. Callers hold c.mu.
 func (c *Conn) signalDueLocked() bool {
-	return c.finSent ||
+	return c.finSent || c.syncDue ||
 		c.posted-c.signaled >= uint64(c.cfg.sendDepth/4) ||
 		c.stProd-c.stageAtSignal() >= c.stage.size()/4
 }

@@ -127,9 +127,23 @@ func (c *Conn) shrinkStage() {
 	}
 	defer c.writeMu.Unlock()
 	c.mu.Lock()
-	shrink := c.stage.size() > uint64(c.cfg.bufSize) && c.stage.prev == nil && c.stCons == c.stProd &&
-		(c.lc == lcOpen || c.lc == lcClosing)
+	live := c.lc == lcOpen || c.lc == lcClosing
+	shrink := c.stage.size() > uint64(c.cfg.bufSize) && c.stage.prev == nil && live
+	if shrink && c.stCons != c.stProd {
+		// The last requests were posted without asking for a
+		// completion, which an idle writer will not ask for either: a
+		// message that does brings the staging space back, and the
+		// next tick shrinks.
+		if c.signaled < c.posted {
+			c.syncDue = true
+		}
+		shrink = false
+	}
+	sync := c.syncDue
 	c.mu.Unlock()
+	if sync {
+		c.flushControl()
+	}
 	if !shrink {
 		return
 	}

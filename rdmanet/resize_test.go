@@ -2,6 +2,7 @@ package rdmanet
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"sync"
@@ -46,7 +47,7 @@ func TestRingGrows(t *testing.T) {
 	require.Equal(t, DefaultBufferSize, c2.Stats().Params.RecvRing)
 	stream(t, c1, c2, 64<<20, 1<<20)
 	s1, s2 := c1.Stats(), c2.Stats()
-	t.Logf("writer: send ring %d, staging %d; reader: ring %d after %d resizes", s1.Params.SendRing, c1.stage.size(), s2.Params.RecvRing, s2.Resizes)
+	t.Logf("writer: send ring %d, staging %d; reader: ring %d after %d resizes", s1.Params.SendRing, uint64(c1.Stats().Params.Staging), s2.Params.RecvRing, s2.Resizes)
 	require.Greater(t, s2.Params.RecvRing, DefaultBufferSize, "the reader's ring grew")
 	require.LessOrEqual(t, s2.Params.RecvRing, MaxBufferSize)
 	require.Equal(t, s2.Params.RecvRing, s1.Params.SendRing, "the writer adopted it")
@@ -212,9 +213,9 @@ func TestRingShrinksWhenIdle(t *testing.T) {
 	c1, c2, stop := pipe(t, "iwarp", 0)
 	defer stop()
 	base := c1.mappedBytes()
-	stream(t, c1, c2, 64<<20, 1<<20)
+	stream(t, c1, c2, 64<<20, 32<<10) // staged Writes: staging grows too
 	require.Greater(t, c2.Stats().Params.RecvRing, DefaultBufferSize)
-	require.Greater(t, c1.stage.size(), uint64(DefaultBufferSize))
+	require.Greater(t, uint64(c1.Stats().Params.Staging), uint64(DefaultBufferSize))
 	require.Greater(t, c1.mappedBytes()+c2.mappedBytes(), 2*base)
 
 	// Both ends idle in Read, as a server and a client waiting for a
@@ -228,11 +229,25 @@ func TestRingShrinksWhenIdle(t *testing.T) {
 			c.Read(make([]byte, 1))
 		}()
 	}
-	require.Eventually(t, func() bool {
-		return c2.Stats().Params.RecvRing == DefaultBufferSize && c1.Stats().Params.SendRing == DefaultBufferSize &&
-			c1.stage.size() == DefaultBufferSize && c1.mappedBytes() == base && c2.mappedBytes() == base
-	}, 15*time.Second, 50*time.Millisecond, "c2 ring %d, c1 staging %d, mapped %d and %d (base %d)",
-		c2.Stats().Params.RecvRing, c1.stage.size(), c1.mappedBytes(), c2.mappedBytes(), base)
+	state := func() string {
+		r2, s1, m1, m2 := c2.Stats().Params.RecvRing, c1.Stats().Params.SendRing, c1.mappedBytes(), c2.mappedBytes()
+		st1 := c1.Stats().Params.Staging
+		c1.mu.Lock()
+		defer c1.mu.Unlock()
+		c2.mu.Lock()
+		defer c2.mu.Unlock()
+		return fmt.Sprintf("c2 ring %d (offered %v), c1 send ring %d (offer pending %v), c1 staging %d (%d in flight), mapped %d and %d (base %d)",
+			r2, c2.offer != nil, s1, c1.hasOffer, st1, c1.stProd-c1.stCons, m1, m2, base)
+	}
+	for limit := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if c2.Stats().Params.RecvRing == DefaultBufferSize && c1.Stats().Params.SendRing == DefaultBufferSize &&
+			c1.Stats().Params.Staging == DefaultBufferSize && c1.mappedBytes() == base && c2.mappedBytes() == base {
+			break
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("not shrunk after 15 s: %s", state())
+		}
+	}
 	for _, c := range []*Conn{c1, c2} {
 		c.SetReadDeadline(time.Now())
 	}
