@@ -37,7 +37,8 @@ type EVD struct {
 	// Queue state, guarded by mu. Lock order: ia.mu, then mu, then a work
 	// queue's mu (wrQueue), then the async EVD's mu.
 	mu      sync.Mutex
-	ring    []Event
+	ring    []Event // grows up to qlen (growLocked)
+	qlen    int
 	head, n int
 	waiting bool          // a Wait is in progress
 	wake    chan struct{} // capacity 1: wakes a waiter of an EVD without a CQ
@@ -81,8 +82,29 @@ const maxSpinBackoff = 64
 // pollBatch is how many completions one CQ poll takes.
 const pollBatch = 16
 
+// evdInitialRing is how many events an EVD's queue holds before it first
+// grows. Most EVDs hold a few events at a time (completions are polled
+// from the provider's CQ, not queued), so the queue starts small and
+// doubles, up to the EVD's qlen, only when it fills: an idle connection's
+// EVD then costs a few hundred bytes instead of qlen events.
+const evdInitialRing = 4
+
 func newEVD(ia *IA, qlen int, flags EVDFlags) *EVD {
-	return &EVD{ia: ia, flags: flags, ring: make([]Event, qlen), wake: make(chan struct{}, 1)}
+	return &EVD{ia: ia, flags: flags, qlen: qlen, ring: make([]Event, min(qlen, evdInitialRing)), wake: make(chan struct{}, 1)}
+}
+
+// growLocked doubles the queue, up to qlen, keeping the events in order.
+// Callers hold e.mu and found the queue full.
+func (e *EVD) growLocked() bool {
+	if len(e.ring) >= e.qlen {
+		return false
+	}
+	r := make([]Event, min(2*len(e.ring), e.qlen))
+	for i := 0; i < e.n; i++ {
+		r[i] = e.ring[(e.head+i)%len(e.ring)]
+	}
+	e.ring, e.head = r, 0
+	return true
 }
 
 // CreateEVD creates an event dispatcher holding at most qlen events
@@ -163,7 +185,7 @@ func (e *EVD) Query() (EVDParam, error) {
 		return EVDParam{}, newError(op, InvalidHandle, NoSubtype, "EVD is freed")
 	}
 	lost := e.pollLocked()
-	p := EVDParam{IA: e.ia, QLen: len(e.ring), Flags: e.flags, Queued: e.n, Overflowed: e.overflowed, Waiting: e.waiting}
+	p := EVDParam{IA: e.ia, QLen: e.qlen, Flags: e.flags, Queued: e.n, Overflowed: e.overflowed, Waiting: e.waiting}
 	e.mu.Unlock()
 	e.reportLost(lost)
 	return p, nil
@@ -190,7 +212,7 @@ func (e *EVD) enqueueLocked(ev Event, notify bool) bool {
 	if e.dead {
 		return false
 	}
-	if e.n == len(e.ring) {
+	if e.n == len(e.ring) && !e.growLocked() {
 		e.overflowed = true
 		return false
 	}
@@ -357,8 +379,8 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 	if e == nil {
 		return Event{}, 0, newError(op, InvalidHandle, NoSubtype, "EVD is nil")
 	}
-	if threshold <= 0 || threshold > len(e.ring) {
-		return Event{}, 0, newError(op, InvalidParameter, Arg(3), "threshold %d not in 1..%d", threshold, len(e.ring))
+	if threshold <= 0 || threshold > e.qlen {
+		return Event{}, 0, newError(op, InvalidParameter, Arg(3), "threshold %d not in 1..%d", threshold, e.qlen)
 	}
 	if threshold > 1 && e.oneOnly.Load() {
 		return Event{}, 0, newError(op, InvalidState, StateEVDConfigThresh,

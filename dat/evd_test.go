@@ -393,3 +393,30 @@ func TestEVDWaitAbortedByIAClose(t *testing.T) {
 		})
 	}
 }
+
+// An EVD's queue starts small and grows as events arrive, so its capacity
+// is still exactly its qlen, with order kept across growth (including a
+// queue whose head has wrapped), and overflow past it.
+func TestEVDQueueGrowsToQLen(t *testing.T) {
+	const qlen = 37
+	_, evd := swEVD(t, qlen)
+	// Wrap the head first: the growth must unwrap it in order.
+	for i := 0; i < 3; i++ {
+		require.NoError(t, evd.PostSE(-1))
+		_, err := evd.Dequeue()
+		require.NoError(t, err)
+	}
+	for i := 0; i < qlen; i++ {
+		require.NoError(t, evd.PostSE(i))
+	}
+	err := evd.PostSE(qlen)
+	require.Error(t, err, "the queue holds qlen events, no more")
+	p, qerr := evd.Query()
+	require.NoError(t, qerr)
+	require.Equal(t, qlen, p.QLen)
+	for i := 0; i < qlen; i++ {
+		ev, err := evd.Dequeue()
+		require.NoError(t, err)
+		require.Equal(t, i, ev.Software)
+	}
+}

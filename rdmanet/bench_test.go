@@ -169,14 +169,16 @@ func benchDial(b *testing.B, dup bool) {
 	}
 }
 
-// BenchmarkConnMemory reports what one connection holds: the mapped,
-// registered memory (ring, staging buffer, control slots) and the Go heap
-// of the Conn and its DAT objects, per side.
+// BenchmarkConnMemory reports what one idle connection end holds: the
+// mapped, registered memory (ring, staging buffer, control slots), the Go
+// heap of the Conn and its DAT objects, and its goroutines (the iwarp
+// provider's receiver; rdmanet has none of its own).
 func BenchmarkConnMemory(b *testing.B) {
 	const pairs = 50
 	var ms0, ms1 runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&ms0)
+	g0 := runtime.NumGoroutine()
 	var stops []func()
 	var mapped int
 	for i := 0; i < pairs; i++ {
@@ -186,6 +188,7 @@ func BenchmarkConnMemory(b *testing.B) {
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&ms1)
+	g1 := runtime.NumGoroutine()
 	for _, s := range stops {
 		s()
 	}
@@ -193,5 +196,6 @@ func BenchmarkConnMemory(b *testing.B) {
 	}
 	b.ReportMetric(float64(mapped), "mapped-B/conn")
 	b.ReportMetric(float64(int64(ms1.HeapAlloc)-int64(ms0.HeapAlloc))/(2*pairs), "heap-B/conn")
+	b.ReportMetric(float64(g1-g0)/(2*pairs), "goroutines/conn")
 	b.ReportMetric(float64(ms1.NumGC-ms0.NumGC), "gcs")
 }

@@ -42,9 +42,10 @@ func newCQ(size int) *CQ {
 		done: make(chan struct{}),
 	}
 	if size > 0 {
-		// Presize for what the consumer said it will hold at once, so
-		// the first bursts do not grow the ring step by step.
-		cq.q.buf = make([]driver.Completion, min(size, 1<<16))
+		// A little room to start; the ring grows with the bursts that
+		// need more (and keeps it). Presizing to size would cost every
+		// idle connection its full queue.
+		cq.q.buf = make([]driver.Completion, min(size, 16))
 	}
 	return cq
 }

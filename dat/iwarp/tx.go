@@ -81,12 +81,11 @@ type sender struct {
 const inlineMax = 2 << 10
 
 func newSender(c *connection) *sender {
-	s := &sender{
-		c:     c,
-		arena: make([]byte, 0, maxBatchFPDUs*fpduOverhead),
-		bufs:  make(net.Buffers, 0, 4*maxBatchFPDUs),
-		items: make([]txItem, 0, 16),
-	}
+	// The arena, iovecs and items grow with the first batches and are
+	// kept (a steady stream allocates nothing); a connection that never
+	// sends much never pays for the largest batch. Growing the arena
+	// mid-batch is safe: the iovecs taken from it keep the old array.
+	s := &sender{c: c}
 	// Non-last segments carry a multiple of 8 payload bytes, so they need
 	// no pad (both header sizes are multiples of 4) and stay aligned.
 	s.segTagged = (c.mulpdu - (wire.TaggedHeaderLen - wire.ULPDULengthLen)) &^ 7
