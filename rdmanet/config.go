@@ -13,10 +13,10 @@ import (
 const (
 	// DefaultBufferSize is the receive ring and staging buffer size an
 	// adaptive connection starts with and shrinks back to.
-	DefaultBufferSize = 64 << 10
+	DefaultBufferSize = 16 << 10
 	// MaxBufferSize is the largest an adaptive connection's receive ring
 	// and staging buffer grow.
-	MaxBufferSize = 4 << 20
+	MaxBufferSize = 1 << 20
 	// minBufferSize bounds BufferSize from below (the handshake's minimum
 	// ring).
 	minBufferSize = 4096

@@ -13,7 +13,7 @@ import (
 )
 
 // Dialer holds options for dialing rdmanet connections. The zero value
-// dials with the defaults (the "iwarp" IA, DefaultBufferSize, no timeout
+// dials with the defaults (the "iwarp" IA, adaptive buffers, no timeout
 // beyond the context's). Like net.Dialer it is plain configuration: it
 // may be copied, and one Dialer may be used by many goroutines at once.
 // (The live connections that dup-connect reuses are kept per IA, not in
@@ -73,8 +73,10 @@ type Dialer struct {
 	// IA names the DAT interface adapter: a registry name, a provider name
 	// or "provider:args" (see package dat). Empty means "iwarp".
 	IA string
-	// BufferSize is the connection's receive ring and staging buffer size
-	// in bytes (0: DefaultBufferSize).
+	// BufferSize fixes the connection's receive ring and staging buffer
+	// size in bytes. 0 (the default) makes them adaptive: they start at
+	// DefaultBufferSize, grow up to MaxBufferSize while the round trip
+	// limits a stream, and shrink back when the connection idles.
 	BufferSize int
 	// FallbackTCP dials plain TCP to the same address when RDMA cannot
 	// be had: no usable IA, nothing listening, a server that answers the

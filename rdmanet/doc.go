@@ -32,6 +32,12 @@
 // and RDMA-writes into the peer's ring at prod mod size (split at the
 // wrap), then posts a small control Send carrying the new producer
 // position; RC ordering puts the data in place before the Send arrives.
+// Large Writes on the iwarp provider skip the staging copy and are
+// RDMA-written from the caller's buffer itself (conn_direct.go). Rings and
+// staging buffers start at DefaultBufferSize and grow, up to
+// MaxBufferSize, while the round trip limits a stream; idle connections
+// shrink back (resize.go: the reader offers a new ring in a control
+// message, the writer switches to it at a stream position it announces).
 // Writes of at most 232 bytes that can go at once travel inside the
 // control message instead. Read copies out of the ring and returns credit
 // (its consumer position) in batches of a quarter ring, or sooner when the

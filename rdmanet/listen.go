@@ -29,8 +29,8 @@ type ListenConfig struct {
 	// established but not yet returned by Accept (0: 4096, as the
 	// kernel's somaxconn default).
 	Backlog int
-	// BufferSize is each connection's ring and staging size (0:
-	// DefaultBufferSize).
+	// BufferSize fixes each connection's ring and staging size; 0 makes
+	// them adaptive (see Dialer.BufferSize).
 	BufferSize int
 	// Poll says how calls blocked on an accepted connection wait for
 	// completions, as Dialer.Poll does.

@@ -18,9 +18,12 @@ import (
 // copies, reports; report travels; writer wakes) idles the link, and one
 // much larger only costs memory. Between two processes on one host that
 // product is far larger than inside one process, where a wake-up is cheap:
-// measured on loopback (2 cores), 1 MiB writes ran at 1.4 GB/s with a
-// 256 KiB ring and 2.6 GB/s with 1 MiB. An idle connection, on the
-// other hand, should cost little. So an adaptive connection (BufferSize
+// measured on loopback (2 cores, two processes), 1 MiB writes ran at
+// 1.4 GB/s with a 256 KiB ring and 2.6 GB/s with 1 MiB; 4 MiB gained
+// nothing more there and cost a third inside one process, where ring and
+// staging then no longer stay in cache. So MaxBufferSize is 1 MiB. An
+// idle connection, on the other hand, should cost little: 16 KiB rings
+// keep an idle end at 56 KiB of registered memory (BenchmarkConnMemory). So an adaptive connection (BufferSize
 // 0) starts small and lets the measured need drive the size:
 //
 //   - Grow. The reader sees the round trip is the bottleneck when a Read

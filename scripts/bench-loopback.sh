@@ -32,7 +32,7 @@ if ! command -v benchstat >/dev/null; then
 	benchstat=(go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da)
 fi
 
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 10000)) # below the ephemeral range (32768-)
 raw=$out/raw.txt
 bench=$out/bench.txt
 : >"$raw"
@@ -60,8 +60,10 @@ run_one() { # api workload
 	local stime=$out/server.time ctime=$out/client.time
 	/usr/bin/time -f '%U %S' -o "$stime" "$bin" -s "${ia[@]}" --api "$api" --port "$port" >"$out/server.out" 2>"$out/server.err" &
 	local spid=$!
-	for _ in $(seq 200); do
-		grep -q listening "$out/server.err" 2>/dev/null && break
+	# The server's own line for this port: the previous server's file may
+	# not be truncated yet when the loop first looks.
+	for _ in $(seq 1000); do # up to 10 s on a busy machine
+		grep -q "listening.*:$port\$" "$out/server.err" 2>/dev/null && break
 		sleep 0.01
 	done
 	if ! /usr/bin/time -f '%U %S' -o "$ctime" "$bin" -c 127.0.0.1 "${ia[@]}" --api "$api" --port "$port" \
