@@ -30,6 +30,7 @@ type Conn struct {
 	ep   *dat.EP
 	evd  *dat.EVD
 	ctrl *region // control receive and send slots
+	mem  connMemory
 	// recv is our receive ring, which the peer RDMA-writes; stage is our
 	// staging buffer, the source of our RDMA Writes; dst is where in the
 	// peer's ring we write. Their memory can change while the stream
@@ -165,17 +166,21 @@ func newConn(s *sharedIA, cfg connConfig, log *slog.Logger, d *Dialer) (c *Conn,
 	if c.ep, err = s.ia.CreateEP(s.pz, c.evd, c.evd, c.evd, &attr); err != nil {
 		return nil, err
 	}
-	rg, err := newRegion(s, cfg.bufSize, recvPriv)
+	pieces, err := c.mem.carve(cfg.bufSize, cfg.bufSize, (cfg.recvs+cfg.sendDepth)*ctrlSlot)
+	if err != nil {
+		return nil, err
+	}
+	rg, err := register(s, pieces[0], recvPriv, &c.mem.ringHome)
 	if err != nil {
 		return nil, err
 	}
 	c.recv = newSpans(rg)
-	sg, err := newRegion(s, cfg.bufSize, stagePriv)
+	sg, err := register(s, pieces[1], stagePriv, &c.mem.stgHome)
 	if err != nil {
 		return nil, err
 	}
 	c.stage = newSpans(sg)
-	if c.ctrl, err = newRegion(s, (cfg.recvs+cfg.sendDepth)*ctrlSlot, dat.MemPrivLocalRead|dat.MemPrivLocalWrite); err != nil {
+	if c.ctrl, err = register(s, pieces[2], dat.MemPrivLocalRead|dat.MemPrivLocalWrite, &c.mem.ctrlHome); err != nil {
 		return nil, err
 	}
 	c.recvIOV = make([]dat.LMRTriplet, cfg.recvs)
@@ -527,6 +532,7 @@ func (c *Conn) releaseMemory() {
 		r.free()
 	}
 	c.ctrl.free()
+	c.mem.unmap() // after every region in it is deregistered
 	c.ia.release()
 }
 

@@ -147,7 +147,7 @@ func (c *Conn) shrinkStage() {
 	if !shrink {
 		return
 	}
-	reg, err := newRegion(c.ia, c.cfg.bufSize, stagePriv)
+	reg, err := regionFrom(c.ia, &c.mem.stgHome, c.cfg.bufSize, stagePriv)
 	if err != nil {
 		return // keep the big one
 	}

@@ -1,6 +1,8 @@
 package rdmanet
 
 import (
+	"sync/atomic"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmanet/rdmanet/dat"
@@ -10,34 +12,68 @@ import (
 // it outside Go's heap keeps the garbage collector away from memory the
 // adapter (or the peer) writes, and the pages go back to the system the
 // moment the connection closes.
+//
+// A connection maps its initial receive ring, staging buffer and control
+// slots as one mapping (connMemory): one mmap and one munmap per
+// connection instead of three, which matters to dial time and to the
+// kernel's per-process mapping limit (vm.max_map_count) at 10,000
+// connections. A region carved from it has a home slot: freed, it gives
+// its pages back to the slot, and a later region of the same size (a ring
+// shrinking back to its initial size) reuses them. Regions of other sizes
+// have mappings of their own.
 type region struct {
 	buf  []byte
 	lmr  *dat.LMR
 	addr uint64 // registered address of buf[0]
 	lkey uint32
 	rkey uint32
+	home *homeSlot // nil: buf is the region's own mapping
 }
+
+// homeSlot holds a piece of a connection's mapping while no region uses it.
+type homeSlot struct{ free atomic.Pointer[[]byte] }
 
 var pageSize = unix.Getpagesize()
 
+func roundPage(n int) int { return (n + pageSize - 1) &^ (pageSize - 1) }
+
 func newRegion(s *sharedIA, size int, priv dat.MemPriv) (*region, error) {
-	size = (size + pageSize - 1) &^ (pageSize - 1)
-	buf, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	buf, err := unix.Mmap(-1, 0, roundPage(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
 	if err != nil {
 		return nil, err
 	}
-	lmr, err := s.ia.CreateLMR(s.pz, buf, priv)
+	r, err := register(s, buf, priv, nil)
 	if err != nil {
 		unix.Munmap(buf)
+	}
+	return r, err
+}
+
+// regionFrom returns a region of size bytes, from home's pages if they are
+// free and of that size, else from a mapping of its own.
+func regionFrom(s *sharedIA, home *homeSlot, size int, priv dat.MemPriv) (*region, error) {
+	if p := home.free.Load(); p != nil && len(*p) == roundPage(size) && home.free.CompareAndSwap(p, nil) {
+		r, err := register(s, *p, priv, home)
+		if err != nil {
+			home.free.Store(p)
+		}
+		return r, err
+	}
+	return newRegion(s, size, priv)
+}
+
+// register makes buf an LMR.
+func register(s *sharedIA, buf []byte, priv dat.MemPriv, home *homeSlot) (*region, error) {
+	lmr, err := s.ia.CreateLMR(s.pz, buf, priv)
+	if err != nil {
 		return nil, err
 	}
 	p, err := lmr.Query()
 	if err != nil {
 		lmr.Free()
-		unix.Munmap(buf)
 		return nil, err
 	}
-	return &region{buf: buf, lmr: lmr, addr: p.Addr, lkey: p.Context, rkey: p.RMRContext}, nil
+	return &region{buf: buf, lmr: lmr, addr: p.Addr, lkey: p.Context, rkey: p.RMRContext, home: home}, nil
 }
 
 // triplet names n bytes at offset off for a DTO.
@@ -45,13 +81,54 @@ func (r *region) triplet(off, n uint64) dat.LMRTriplet {
 	return dat.LMRTriplet{Addr: r.addr + off, Length: uint32(n), Context: r.lkey}
 }
 
-// free deregisters and unmaps the region. Nothing may touch it afterwards:
-// callers make sure the EP is gone and no Read or Write is inside it.
+// free deregisters the region and unmaps it, or gives its pages back to
+// its home slot. Nothing may touch it afterwards: callers make sure the EP
+// is gone, or the peer writes it no more, and no Read or Write is inside it.
 func (r *region) free() {
 	if r == nil {
 		return
 	}
 	r.lmr.Free()
-	unix.Munmap(r.buf)
+	if r.home != nil {
+		b := r.buf
+		r.home.free.Store(&b)
+	} else {
+		unix.Munmap(r.buf)
+	}
 	r.buf = nil
+}
+
+// connMemory is the one mapping a connection starts with, and the home
+// slots of its receive ring and staging buffer within it.
+type connMemory struct {
+	mapping           []byte
+	ringHome, stgHome, ctrlHome homeSlot
+}
+
+// carve maps sizes[i] bytes (each rounded to pages) in one mapping and
+// returns the pieces.
+func (m *connMemory) carve(sizes ...int) ([][]byte, error) {
+	total := 0
+	for _, n := range sizes {
+		total += roundPage(n)
+	}
+	buf, err := unix.Mmap(-1, 0, total, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	if err != nil {
+		return nil, err
+	}
+	m.mapping = buf
+	pieces := make([][]byte, len(sizes))
+	for i, n := range sizes {
+		n = roundPage(n)
+		pieces[i], buf = buf[:n:n], buf[n:]
+	}
+	return pieces, nil
+}
+
+// unmap releases the mapping; every region in it must be freed.
+func (m *connMemory) unmap() {
+	if m.mapping != nil {
+		unix.Munmap(m.mapping)
+		m.mapping = nil
+	}
 }

@@ -96,7 +96,7 @@ func (c *Conn) noteWindowLocked() {
 // writer. Callers reserved the offer (c.offering) under c.mu. Failing to
 // get the memory is not fatal: the connection goes on with its ring.
 func (c *Conn) offerRing(size uint64) {
-	reg, err := newRegion(c.ia, int(size), recvPriv)
+	reg, err := regionFrom(c.ia, &c.mem.ringHome, int(size), recvPriv)
 	c.mu.Lock()
 	c.offering = false
 	if err != nil || !(c.lc == lcOpen && c.err == nil) {
@@ -210,7 +210,7 @@ func (c *Conn) growStage() {
 	if !grow {
 		return
 	}
-	reg, err := newRegion(c.ia, int(min(size*growFactor, limit)), stagePriv)
+	reg, err := regionFrom(c.ia, &c.mem.stgHome, int(min(size*growFactor, limit)), stagePriv)
 	if err != nil {
 		c.logDebug("rdmanet: cannot grow the staging buffer", slog.String("error", err.Error()))
 		return

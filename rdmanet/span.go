@@ -97,16 +97,23 @@ type peerRing struct {
 // reported consumer position; bytes before start went to an earlier ring.
 func (p *peerRing) free(prod, cons uint64) uint64 { return p.r.Free(prod, max(cons, p.start)) }
 
-// mappedBytes is the memory the Conn has mapped and registered: its
-// receive ring, staging buffer and control slots, every span included.
+// mappedBytes is the memory the Conn has mapped for its receive ring,
+// staging buffer and control slots: its initial mapping, and the mappings
+// of grown rings and staging buffers (every span, and an offered ring).
 func (c *Conn) mappedBytes() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := len(c.ctrl.buf)
-	for _, s := range [...]*spans{&c.recv, &c.stage} {
-		for _, r := range s.regions() {
+	n := len(c.mem.mapping)
+	own := func(r *region) {
+		if r != nil && r.home == nil {
 			n += len(r.buf)
 		}
 	}
+	for _, s := range [...]*spans{&c.recv, &c.stage} {
+		for _, r := range s.regions() {
+			own(r)
+		}
+	}
+	own(c.offer)
 	return n
 }
