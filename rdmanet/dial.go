@@ -299,7 +299,7 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 		c.releaseMemory()
 		return nil, opError("dial", local, dst, err)
 	}
-	err = c.awaitSetup(ctx.Done(), func() error { return contextError(ctx.Err()) })
+	err = c.awaitSetup(ctx, func() error { return contextError(ctx.Err()) })
 	if err != nil {
 		c.abandon()
 		return nil, opError("dial", local, dst, err)

@@ -115,6 +115,9 @@ type Listener struct {
 	building int
 	wake     chan struct{} // cap 1
 	done     chan struct{} // closed by Close
+	// ctx is done once Close began: handshakes in progress give up.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	// For the listing (Snapshot): connections Accept returned, and
 	// requests refused (a bad Hello, a full backlog, no resources).
@@ -144,7 +147,9 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 	l := &Listener{id: nextID.Add(1), born: time.Now(), log: lc.Logger, ia: s, cfg: newConnConfig(lc.BufferSize, lc.Poll), backlog: backlog,
 		pending: map[*Conn]struct{}{}, wake: make(chan struct{}, 1), done: make(chan struct{}), served: make(chan struct{}),
 		answering: make(chan struct{}, maxAnswering)}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
 	fail := func(err error) (net.Listener, error) {
+		l.cancel()
 		if l.psp != nil {
 			l.psp.Free()
 		}
@@ -229,6 +234,7 @@ func (l *Listener) Close() error {
 	}
 	l.closed = true
 	close(l.done)
+	l.cancel()
 	l.mu.Unlock()
 	registry.removeListener(l)
 	l.psp.Free()
@@ -344,7 +350,7 @@ func (l *Listener) handle(cr *dat.CR) {
 // it if it fails. (Success is handled by deliver, called while the
 // ESTABLISHED event is applied.)
 func (l *Listener) watch(c *Conn) {
-	err := c.awaitSetup(l.done, func() error { return net.ErrClosed })
+	err := c.awaitSetup(l.ctx, func() error { return net.ErrClosed })
 	if err == nil || errors.Is(err, net.ErrClosed) {
 		return // delivered, or Close takes care of pending connections
 	}

@@ -1,6 +1,7 @@
 package rdmanet
 
 import (
+	"context"
 	"sync/atomic"
 
 	"github.com/rdmanet/rdmanet/dat"
@@ -102,20 +103,13 @@ func (c *Conn) drainEvents() int {
 }
 
 // awaitSetup drives the Conn until its handshake ends and returns the
-// outcome, or stop's error once stop is closed.
-func (c *Conn) awaitSetup(stop <-chan struct{}, stopErr func() error) error {
-	if stop != nil {
-		// A poller asleep in the EVD must notice stop.
-		done := make(chan struct{})
-		defer close(done)
-		go func() {
-			select {
-			case <-stop:
-				c.kick()
-			case <-done:
-			}
-		}()
-	}
+// outcome, or stopErr() once ctx is done.
+func (c *Conn) awaitSetup(ctx context.Context, stopErr func() error) error {
+	// A poller asleep in the EVD must notice ctx. (AfterFunc starts a
+	// goroutine only if ctx ends first: a handshake that completes costs
+	// none.)
+	defer context.AfterFunc(ctx, c.kick)()
+	stop := ctx.Done()
 	for {
 		k := c.pr.kicks.Load()
 		select {
