@@ -31,9 +31,10 @@ type wrQueue struct {
 	ep   *EP
 	recv bool
 
-	ents []wrEntry // ring indexed by seq modulo its length
-	head uint64    // seq of the oldest entry
-	next uint64    // seq the next post gets
+	ents  []wrEntry // ring indexed by seq modulo its length
+	limit int       // capacity: the EP's max DTOs (len(ents) grows up to it)
+	head  uint64    // seq of the oldest entry
+	next  uint64    // seq the next post gets
 
 	// evd receives the queue's events; solicitedOnly is set for a receive
 	// stream with SOLICITED_WAIT flags. Both change only while the queue
@@ -69,18 +70,28 @@ type wrEntry struct {
 }
 
 // resize sets the queue's capacity (the EP's max DTOs). Entries already
-// queued are kept; the capacity never drops below their number.
+// queued are kept; the capacity never drops below their number. The
+// entries themselves are allocated as requests need them (push), up to
+// the capacity: an idle EP does not hold a full queue.
 func (q *wrQueue) resize(capacity int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n := int(q.next - q.head)
-	capacity = max(capacity, n, 1)
-	if capacity == len(q.ents) {
-		return
+	q.limit = max(capacity, n, 1)
+	if len(q.ents) > q.limit || len(q.ents) < min(q.limit, wrQueueInitial) {
+		q.regrow(min(q.limit, max(n, wrQueueInitial)))
 	}
-	ents := make([]wrEntry, capacity)
+}
+
+// wrQueueInitial is how many entries a queue starts with.
+const wrQueueInitial = 8
+
+// regrow moves the queued entries to a slice of size entries, in order.
+// Callers hold mu.
+func (q *wrQueue) regrow(size int) {
+	ents := make([]wrEntry, size)
 	for s := q.head; s != q.next; s++ {
-		ents[s%uint64(capacity)] = q.ents[s%uint64(len(q.ents))]
+		ents[s%uint64(size)] = q.ents[s%uint64(len(q.ents))]
 	}
 	q.ents = ents
 }
@@ -89,7 +100,7 @@ func (q *wrQueue) resize(capacity int) {
 // Callers hold mu.
 func (q *wrQueue) outstanding() int { return int(q.next - q.head) }
 
-func (q *wrQueue) full() bool { return q.outstanding() >= len(q.ents) }
+func (q *wrQueue) full() bool { return q.outstanding() >= q.limit }
 
 func (q *wrQueue) at(seq uint64) *wrEntry { return &q.ents[seq%uint64(len(q.ents))] }
 
@@ -101,7 +112,7 @@ func (q *wrQueue) at(seq uint64) *wrEntry { return &q.ents[seq%uint64(len(q.ents
 // produces no event, releases the run. Callers hold mu.
 func (q *wrQueue) signalDue() bool {
 	q.silent++
-	if q.silent >= max(1, len(q.ents)/2) {
+	if q.silent >= max(1, q.limit/2) {
 		q.silent = 0
 		return true
 	}
@@ -111,6 +122,9 @@ func (q *wrQueue) signalDue() bool {
 // push numbers a new request and returns its WRID. Callers hold mu and
 // checked full.
 func (q *wrQueue) push(e wrEntry) uint64 {
+	if q.outstanding() == len(q.ents) {
+		q.regrow(min(2*len(q.ents), q.limit))
+	}
 	seq := q.next
 	*q.at(seq) = e
 	q.next++

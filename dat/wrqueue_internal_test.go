@@ -137,3 +137,31 @@ func TestWRQueueSignalsSuppressedRuns(t *testing.T) {
 	}
 	require.Equal(t, 4, signalled)
 }
+
+// A queue allocates its entries as posts need them: it grows to its
+// capacity, and no further, with completions out of order across the
+// growth still delivered in post order.
+func TestWRQueueGrowsToCapacity(t *testing.T) {
+	const depth = 50
+	q, evd := queueUnderTest(false, depth)
+	require.Less(t, len(q.ents), depth, "an idle queue holds few entries")
+	var seqs []uint64
+	for i := range depth {
+		require.False(t, q.full())
+		seqs = append(seqs, q.postForTest(uint64(100+i), driver.OpSend, deliverNotify))
+	}
+	require.True(t, q.full(), "the capacity is the EP's max DTOs")
+	require.Equal(t, depth, len(q.ents))
+	// Complete newest first: nothing is delivered until the oldest is.
+	for i := depth - 1; i >= 1; i-- {
+		q.completeForTest(seqs[i], driver.StatusSuccess)
+	}
+	cs, _ := cookies(t, evd)
+	require.Empty(t, cs)
+	q.completeForTest(seqs[0], driver.StatusSuccess)
+	cs, _ = cookies(t, evd)
+	require.Len(t, cs, depth)
+	for i, c := range cs {
+		require.Equal(t, uint64(100+i), c)
+	}
+}

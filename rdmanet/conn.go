@@ -41,7 +41,9 @@ type Conn struct {
 	peer         handshake.Hello
 	laddr, raddr *Addr
 
-	recvIOV []dat.LMRTriplet // one triplet per control receive slot
+	// recvIOV is the triplet of the control receive being posted: only
+	// newConn and the poller (pollMu) post receives.
+	recvIOV [1]dat.LMRTriplet
 	ctrlIOV [1]dat.LMRTriplet
 	wrIOV   [2]dat.LMRTriplet // guarded by postMu
 
@@ -183,9 +185,7 @@ func newConn(s *sharedIA, cfg connConfig, log *slog.Logger, d *Dialer) (c *Conn,
 	if c.ctrl, err = register(s, pieces[2], dat.MemPrivLocalRead|dat.MemPrivLocalWrite, &c.mem.ctrlHome); err != nil {
 		return nil, err
 	}
-	c.recvIOV = make([]dat.LMRTriplet, cfg.recvs)
-	for i := range c.recvIOV {
-		c.recvIOV[i] = c.ctrl.triplet(uint64(i*ctrlSlot), ctrlSlot)
+	for i := range cfg.recvs {
 		if err = c.postRecv(i); err != nil {
 			return nil, err
 		}

@@ -34,7 +34,8 @@ func (c *Conn) sendSlotOff(seq uint64) uint64 {
 
 // postRecv (re-)posts control receive slot i.
 func (c *Conn) postRecv(i int) error {
-	return c.ep.PostRecv(c.recvIOV[i:i+1], uint64(i), dat.CompletionDefault)
+	c.recvIOV[0] = c.ctrl.triplet(uint64(i*ctrlSlot), ctrlSlot)
+	return c.ep.PostRecv(c.recvIOV[:], uint64(i), dat.CompletionDefault)
 }
 
 // wantControlLocked reports whether the peer should hear from us: new

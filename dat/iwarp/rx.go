@@ -5,6 +5,8 @@ import (
 	"io"
 	"math"
 	"net"
+	"sync"
+	"syscall"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
 	"github.com/rdmanet/rdmanet/dat/iwarp/internal/wire"
@@ -36,6 +38,9 @@ type receiver struct {
 	c  *connection
 	q  *QP
 	tc *net.TCPConn
+	// idle waits for the socket with nothing read ahead (readIdle); nil
+	// where the system has no such wait, and the buffer stays then.
+	idle syscall.RawConn
 
 	buf  []byte
 	r, w int
@@ -81,7 +86,9 @@ type receiver struct {
 // idle connection costs.
 func (c *connection) readLoop() {
 	defer c.q.ia.conns.Done()
-	rx := &receiver{c: c, q: c.q, tc: c.tc, buf: make([]byte, rxBufSize), crcOn: c.crc, sendMSN: 1, rreqMSN: 1}
+	rx := &receiver{c: c, q: c.q, tc: c.tc, buf: getRxBuf(), crcOn: c.crc, sendMSN: 1, rreqMSN: 1}
+	defer func() { putRxBuf(rx.buf) }()
+	rx.idle = idleReader(c.tc)
 	err := rx.run()
 	c.finish(rx, err)
 }
@@ -144,6 +151,16 @@ func (rx *receiver) fill(n int) error {
 	}
 	if rx.r == rx.w {
 		rx.r, rx.w = 0, 0
+		if rx.idle != nil {
+			// Nothing read ahead: wait for the socket without holding
+			// the buffer, which an idle connection then does not cost.
+			if err := rx.readIdle(); err != nil {
+				return err
+			}
+			if rx.w >= n {
+				return nil
+			}
+		}
 	} else if rx.r+n > len(rx.buf) {
 		rx.w = copy(rx.buf, rx.buf[rx.r:rx.w])
 		rx.r = 0
@@ -576,4 +593,18 @@ func (rx *receiver) terminate(n, l int) error {
 		te.Malformed, te.Reason = true, "Terminate with a malformed attachment"
 	}
 	return te
+}
+
+// The read-ahead buffers of receivers that wait for their socket with
+// nothing read ahead go back to this pool, so that an idle connection
+// holds none (see readIdle).
+var rxBufs = sync.Pool{New: func() any { b := make([]byte, rxBufSize); return &b }}
+
+func getRxBuf() []byte { return *rxBufs.Get().(*[]byte) }
+
+func putRxBuf(b []byte) {
+	if cap(b) == rxBufSize {
+		b = b[:rxBufSize]
+		rxBufs.Put(&b)
+	}
 }

@@ -5,6 +5,7 @@ package iwarp
 import (
 	"io"
 	"net"
+	"os"
 	"syscall"
 	"unsafe"
 
@@ -189,4 +190,54 @@ func peekNow(tc *net.TCPConn, buf []byte) int {
 		return true // never wait
 	})
 	return n
+}
+
+// idleReader is tc's raw connection, for readIdle.
+func idleReader(tc *net.TCPConn) syscall.RawConn {
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return raw
+}
+
+// readIdle reads what the socket has into an empty read-ahead buffer,
+// waiting for it without holding the buffer: the buffer goes back to the
+// pool while the socket has nothing (EAGAIN), and comes back when it
+// does. It is net's own read loop (read; on EAGAIN wait in the netpoller;
+// read again) with that one difference, so it costs no extra system call.
+func (rx *receiver) readIdle() error {
+	var n int
+	var rerr error
+	err := rx.idle.Read(func(fd uintptr) bool {
+		if rx.buf == nil {
+			rx.buf = getRxBuf()
+		}
+		for {
+			n, rerr = syscall.Read(int(fd), rx.buf)
+			if rerr != syscall.EINTR {
+				break
+			}
+		}
+		if rerr == syscall.EAGAIN {
+			putRxBuf(rx.buf)
+			rx.buf = nil
+			return false // wait until readable, then call again
+		}
+		return true
+	})
+	if rx.buf == nil {
+		rx.buf = getRxBuf()
+	}
+	raceAcquire(rx.c.raceRx)
+	switch {
+	case err != nil:
+		return err
+	case rerr != nil:
+		return &net.OpError{Op: "read", Net: "tcp", Source: rx.tc.LocalAddr(), Addr: rx.tc.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
+	case n == 0:
+		return io.EOF
+	}
+	rx.w = n
+	return nil
 }

@@ -2,7 +2,10 @@
 
 package iwarp
 
-import "net"
+import (
+	"net"
+	"syscall"
+)
 
 // autoMULPDU assumes an Ethernet MSS (1448) where the connection's MSS
 // cannot be queried portably.
@@ -22,3 +25,8 @@ func (rx *receiver) readDirect(p []byte) (int, error) { return rx.tc.Read(p) }
 // peekNow reports no bytes where a non-blocking peek is not available:
 // every connection goes through the admission goroutine.
 func peekNow(*net.TCPConn, []byte) int { return 0 }
+
+// idleReader: elsewhere a receiver keeps its buffer while it waits.
+func idleReader(*net.TCPConn) syscall.RawConn { return nil }
+
+func (rx *receiver) readIdle() error { return nil }
