@@ -101,7 +101,7 @@ func (r *region) free() {
 // connMemory is the one mapping a connection starts with, and the home
 // slots of its receive ring and staging buffer within it.
 type connMemory struct {
-	mapping           []byte
+	mapping                     []byte
 	ringHome, stgHome, ctrlHome homeSlot
 }
 
