@@ -41,8 +41,12 @@ func ensureNOFILE(t testing.TB, n uint64) {
 }
 
 // TestAdmissionEvictsOldest: with the admission table full, a new
-// connection pushes out the oldest silent one, not itself; with Fallback
-// too (the evicted connection is reset, not handed on).
+// connection pushes out the oldest one still in its handshake, not
+// itself; with Fallback too (the evicted connection is reset, not handed
+// on). The connections send the first byte of an MPA Request and stop:
+// without Fallback, the kernel does not even hand wholly silent
+// connections to the listener (TCP_DEFER_ACCEPT; see
+// TestSilentConnectionsStayInKernel).
 func TestAdmissionEvictsOldest(t *testing.T) {
 	for _, withFallback := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fallback=%v", withFallback), func(t *testing.T) {
@@ -55,14 +59,21 @@ func TestAdmissionEvictsOldest(t *testing.T) {
 				cfg.Fallback = fb.fn
 			}
 			l := listen(t, ia, cfg)
-			a := dialRaw(t, l.Addr())
+			partial := func() net.Conn {
+				c := dialRaw(t, l.Addr())
+				if _, err := c.Write([]byte("M")); err != nil {
+					t.Fatal(err)
+				}
+				return c
+			}
+			a := partial()
 			waitHandshakes(t, l, 1)
-			b := dialRaw(t, l.Addr())
+			b := partial()
 			waitHandshakes(t, l, 2)
-			dialRaw(t, l.Addr()) // c: a goes
+			partial() // c: a goes
 			expectDropped(t, a, testTimeout)
 			waitHandshakes(t, l, 2) // b and c
-			dialRaw(t, l.Addr())    // d: b goes
+			partial()               // d: b goes
 			expectDropped(t, b, testTimeout)
 			waitHandshakes(t, l, 2) // c and d
 
@@ -85,7 +96,8 @@ func TestAdmissionEvictsOldest(t *testing.T) {
 }
 
 // TestAdmissionTimeoutDefault: on defaults a silent connection is dropped
-// after about a second (DefaultRequestTimeout), not siw's five.
+// after about two seconds (the kernel holds it for DefaultRequestTimeout,
+// TCP_DEFER_ACCEPT, then the listener for as long again), not siw's five.
 func TestAdmissionTimeoutDefault(t *testing.T) {
 	leakCheck(t)
 	l := listen(t, openIA(t), driver.ListenConfig{})
@@ -380,5 +392,34 @@ func TestLegitDialsUnderFlood(t *testing.T) {
 				t.Fatal("no garbage sender was dropped")
 			}
 		})
+	}
+}
+
+// TestSilentConnectionsStayInKernel: without Fallback, connections that
+// send nothing never reach the listener (TCP_DEFER_ACCEPT): 200 of them
+// take no handshake slot and no goroutine, and a real initiator that
+// comes after them is served at once.
+func TestSilentConnectionsStayInKernel(t *testing.T) {
+	leakCheck(t)
+	ctx := testCtx(t)
+	ia := openIA(t)
+	l := listen(t, ia, driver.ListenConfig{})
+	for range 200 {
+		dialRaw(t, l.Addr())
+	}
+	q := newQP(t, ia, defaultQPConfig, nil)
+	resp := newQP(t, ia, defaultQPConfig, nil)
+	ch := connectAsync(ctx, q, l.Addr(), nil)
+	if _, err := accept(t, ctx, l).Accept(ctx, resp, nil); err != nil {
+		t.Fatal(err)
+	}
+	if res := waitConnect(t, ch); res.err != nil {
+		t.Fatal(res.err)
+	}
+	if n := iwarp.ListenerHandshakes(l); n != 0 {
+		t.Fatalf("%d silent connections in the listener's handshake table", n)
+	}
+	if got := iwarp.ListenerCounts(l); got.Evicted != 0 || got.Dropped != 0 {
+		t.Fatalf("counts %+v: silent connections reached the listener", got)
 	}
 }

@@ -141,6 +141,13 @@ func listen(ia *IA, cfg driver.ListenConfig) (*Listener, error) {
 		}
 		return nil, fmt.Errorf("iwarp: listen %s: %w", addr, err)
 	}
+	if cfg.Fallback == nil {
+		// Every peer is then an MPA initiator, which speaks first: the
+		// kernel may keep a connection from us until its first bytes
+		// arrive. Silent connections (a flood) then never reach the
+		// accept queue, where a real initiator would wait behind them.
+		deferAccept(tl, ia.opts.requestTimeout)
+	}
 	l := &Listener{
 		ia:             ia,
 		tl:             tl,

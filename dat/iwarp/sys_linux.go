@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/rdmanet/rdmanet/dat/iwarp/internal/wire"
@@ -240,4 +241,23 @@ func (rx *receiver) readIdle() error {
 	}
 	rx.w = n
 	return nil
+}
+
+// deferAccept asks the kernel to queue a connection for accept only once
+// data arrived on it (TCP_DEFER_ACCEPT), for at most about wait. It is
+// best effort: without it, the listener's own request timeout still drops
+// silent connections.
+func deferAccept(l net.Listener, wait time.Duration) {
+	tl, ok := l.(*net.TCPListener)
+	if !ok {
+		return
+	}
+	rc, err := tl.SyscallConn()
+	if err != nil {
+		return
+	}
+	secs := max(1, int((wait+time.Second-1)/time.Second))
+	rc.Control(func(fd uintptr) {
+		syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_DEFER_ACCEPT, secs)
+	})
 }

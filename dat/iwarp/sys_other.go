@@ -5,6 +5,7 @@ package iwarp
 import (
 	"net"
 	"syscall"
+	"time"
 )
 
 // autoMULPDU assumes an Ethernet MSS (1448) where the connection's MSS
@@ -30,3 +31,7 @@ func peekNow(*net.TCPConn, []byte) int { return 0 }
 func idleReader(*net.TCPConn) syscall.RawConn { return nil }
 
 func (rx *receiver) readIdle() error { return nil }
+
+// deferAccept: elsewhere silent connections are dropped by the listener's
+// request timeout alone.
+func deferAccept(net.Listener, time.Duration) {}
