@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"fmt"
+	"log/slog"
 	"syscall"
 	"unsafe"
 )
@@ -81,7 +82,7 @@ func (ia *IA) fetchCM() bool {
 		rc := C.shim_next_cm_event(ia.ch, &raw, C.uintptr_t(nk))
 		if rc != 0 {
 			if e := syscall.Errno(-rc); e != syscall.EAGAIN && e != syscall.EINTR {
-				ia.logf("rdma_get_cm_event: %v", e)
+				ia.debug("rdma_get_cm_event failed", slog.String("error", e.Error()))
 			}
 			return len(ia.cmBatch) > 0
 		}
@@ -107,7 +108,8 @@ func (ia *IA) dispatchCM() {
 	ia.cmBatch = nil
 	for i := range batch {
 		ev := &batch[i]
-		ia.logf("cm event %v status %d key %d listen %d pdata %d", ev.typ, ev.status, ev.key, ev.listenKey, len(ev.pdata))
+		ia.debug("cm event", slog.String("event", ev.typ.String()), slog.Int("status", ev.status),
+			slog.Uint64("key", uint64(ev.key)), slog.Uint64("listen_key", uint64(ev.listenKey)), slog.Int("private_data", len(ev.pdata)))
 		if ev.typ == cmConnectRequest {
 			ia.connectRequest(ev)
 			continue

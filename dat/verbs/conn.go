@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
@@ -25,12 +26,18 @@ var drainTimeout = 2 * time.Second
 // depth on a device with memory windows: one window bind (binds are
 // serialised, bindMu). Elsewhere nothing but the consumer's requests is
 // posted. The room is not free: siw rounds a queue up to a power of two,
-// and 64 requests plus one would double the send queue's pages.
+// and 64 requests plus one would double the send queue's pages. On a
+// device that is not iWARP, one keepalive probe takes room too (at most
+// one is outstanding, keepalive.go).
 func (ia *IA) extraSendWR() int {
+	n := 0
 	if ia.lim.windows {
-		return 1
+		n++
 	}
-	return 0
+	if ia.attr.Transport != driver.TransportIWARP {
+		n++
+	}
+	return n
 }
 
 // newConnID creates an rdma_cm id on the IA's channel whose events go to q.
@@ -168,6 +175,7 @@ func (q *QP) fillSGEs(sges []driver.SGE) int {
 func (q *QP) quiesce(c *conn) {
 	c.quiesceOnce.Do(func() {
 		defer close(c.quiesced)
+		q.stopKeepalive()
 		if c.busy != nil {
 			<-c.busy
 		}
@@ -218,14 +226,15 @@ func (q *QP) drain(c *conn) {
 		sendLeft := q.sendPosted.Load() - q.sendDone.Load()
 		recvLeft := q.recvPosted.Load() - q.recvDone.Load()
 		if sendLeft == 0 && recvLeft == 0 {
-			q.ia.logf("QP %d: drained in %v", c.qpNum, time.Since(start))
+			q.ia.debug("QP drained", slog.Uint64("qp", uint64(c.qpNum)), slog.Duration("took", time.Since(start)))
 			return
 		}
 		if time.Now().After(deadline) {
 			// Posted to a QP the device had already moved to the
 			// error state (a peer's TERMINATE, an access error): such
 			// requests never complete, and package dat flushes them.
-			q.ia.logf("QP %d: %d send-side and %d receive requests not flushed within %v; destroying it", c.qpNum, sendLeft, recvLeft, drainTimeout)
+			q.ia.debug("QP not drained; destroying it", slog.Uint64("qp", uint64(c.qpNum)),
+				slog.Uint64("send_left", sendLeft), slog.Uint64("recv_left", recvLeft), slog.Duration("waited", drainTimeout))
 			return
 		}
 		time.Sleep(pause)

@@ -37,6 +37,9 @@ type attempt struct {
 	done      chan struct{}
 	cancelled bool  // guarded by QP.mu
 	broken    error // guarded by QP.mu: a QP error event that came before finish
+	// keepAlive is the connection's keepalive (resolved), which its
+	// keeper starts with once it is established (keepalive.go).
+	keepAlive net.KeepAliveConfig
 }
 
 func (a *attempt) cancel() {
@@ -88,6 +91,7 @@ func (q *QP) finish(a *attempt, res *driver.ConnectResult, err error) error {
 			go q.lost(lostErr)
 		} else {
 			q.ia.watch.add(q)
+			q.startKeepalive(c, a.keepAlive)
 		}
 		return nil
 	}
@@ -131,8 +135,20 @@ func (q *QP) await(ctx context.Context, a *attempt) (cmEvent, error) {
 // rdma_connect with IRD/ORD from the configuration and privateData. A QP
 // connects once. See doc.go for how each outcome is reported. On iWARP, rdma_connect makes the
 // TCP connection synchronously inside the kernel; ctx is checked again
-// once it returns.
+// once it returns. It is ConnectWith with no options.
 func (q *QP) Connect(ctx context.Context, remote net.Addr, privateData []byte) (driver.ConnectResult, error) {
+	return q.ConnectWith(ctx, remote, privateData, driver.ConnectOptions{})
+}
+
+// ConnectWith is Connect with options (driver.OptionsConnector). A port in
+// opts.LocalAddr is bound on the connection's rdma_cm id before address
+// resolution (rdma_bind_addr), so that it is the connection's source port
+// (the TCP port on iWARP); an IP, if given, must be the IA's. Control is
+// ignored: the kernel's rdma_cm owns the connection and there is no socket
+// to give it. KeepAlive and KeepAliveConfig start an RDMA-level keepalive
+// on the established connection (see keepalive.go), except on iWARP
+// devices.
+func (q *QP) ConnectWith(ctx context.Context, remote net.Addr, privateData []byte, opts driver.ConnectOptions) (driver.ConnectResult, error) {
 	raddr, err := provkit.RemoteTCPAddr(remote)
 	if err != nil {
 		return driver.ConnectResult{}, fmt.Errorf("verbs: connect %v: %w", remote, err)
@@ -144,11 +160,23 @@ func (q *QP) Connect(ctx context.Context, remote net.Addr, privateData []byte) (
 	if (raddr.IP.To4() == nil) != (q.ia.ip.To4() == nil) {
 		return driver.ConnectResult{}, fmt.Errorf("%s: address family differs from the IA's %s: %w", prefix, q.ia.ip, driver.ErrInvalidAddress)
 	}
+	var lport int
+	if opts.LocalAddr != nil {
+		la, err := provkit.LocalTCPAddr(opts.LocalAddr)
+		if err != nil {
+			return driver.ConnectResult{}, fmt.Errorf("%s: %w", prefix, err)
+		}
+		if la.IP != nil && !la.IP.IsUnspecified() && !la.IP.Equal(q.ia.ip) {
+			return driver.ConnectResult{}, fmt.Errorf("%s: local address %v is not the IA's %v: %w", prefix, la.IP, q.ia.ip, driver.ErrInvalidAddress)
+		}
+		lport = la.Port
+	}
 	a, cfg, err := q.begin("connect")
 	if err != nil {
 		return driver.ConnectResult{}, err
 	}
-	res, err := q.connect(ctx, a, cfg, raddr, privateData)
+	a.keepAlive = driver.ResolveKeepAlive(opts.KeepAlive, opts.KeepAliveConfig)
+	res, err := q.connect(ctx, a, cfg, raddr, lport, privateData)
 	if err == nil {
 		// The kernel may have finished while ctx expired (iWARP's
 		// synchronous TCP connect): report the deadline, as DAT wants.
@@ -160,7 +188,7 @@ func (q *QP) Connect(ctx context.Context, remote net.Addr, privateData []byte) (
 	return res, nil
 }
 
-func (q *QP) connect(ctx context.Context, a *attempt, cfg driver.QPConfig, raddr *net.TCPAddr, pdata []byte) (driver.ConnectResult, error) {
+func (q *QP) connect(ctx context.Context, a *attempt, cfg driver.QPConfig, raddr *net.TCPAddr, lport int, pdata []byte) (driver.ConnectResult, error) {
 	c, err := q.newConnID()
 	if err != nil {
 		return driver.ConnectResult{}, err
@@ -170,6 +198,17 @@ func (q *QP) connect(ctx context.Context, a *attempt, cfg driver.QPConfig, raddr
 	q.mu.Unlock()
 
 	src, dst := ipBytes(q.ia.ip), ipBytes(raddr.IP)
+	if lport != 0 {
+		// Bound first, rdma_resolve_addr keeps the address and port
+		// (the kernel ignores its source argument once the id is bound).
+		if rc := C.shim_bind(c.id, (*C.uint8_t)(cBytes(src)), C.int(len(src)), C.uint16_t(lport)); rc != 0 {
+			err := errnoOf(rc)
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return driver.ConnectResult{}, fmt.Errorf("rdma_bind_addr port %d: %w: %w", lport, err, driver.ErrPortInUse)
+			}
+			return driver.ConnectResult{}, fmt.Errorf("rdma_bind_addr port %d: %w: %w", lport, err, driver.ErrInvalidAddress)
+		}
+	}
 	if rc := C.shim_resolve_addr(c.id, (*C.uint8_t)(cBytes(src)), C.int(len(src)),
 		(*C.uint8_t)(cBytes(dst)), C.int(len(dst)), C.uint16_t(raddr.Port), resolveAddrMS); rc != 0 {
 		return driver.ConnectResult{}, syncError("rdma_resolve_addr", errnoOf(rc))

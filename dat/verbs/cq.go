@@ -10,6 +10,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"sync"
@@ -152,7 +153,7 @@ func (c *CQ) destroy() {
 	defer c.mu.Unlock()
 	for _, s := range c.segs {
 		if rc := C.shim_destroy_cq(s.cq); rc != 0 {
-			c.ia.logf("ibv_destroy_cq: %v", errnoOf(rc))
+			c.ia.debug("ibv_destroy_cq failed", slog.String("error", errnoOf(rc).Error()))
 		}
 	}
 	c.segs = nil
@@ -174,7 +175,7 @@ func (c *CQ) Close() error {
 	n := len(c.qps)
 	c.mu.Unlock()
 	if n > 0 {
-		c.ia.logf("closing a CQ %d QPs still use", n)
+		c.ia.debug("closing a CQ that QPs still use", slog.Int("qps", n))
 	}
 	c.destroy()
 	c.ia.cqs.Remove(c)
@@ -281,7 +282,7 @@ func (c *CQ) pollSegLocked(s *cqSeg, dst []driver.Completion) int {
 			if got < 0 {
 				// ibv_poll_cq reports failure by a negative count,
 				// not by errno.
-				c.ia.logf("ibv_poll_cq failed (%d)", got)
+				c.ia.debug("ibv_poll_cq failed", slog.Int("result", got))
 			}
 			break
 		}
@@ -353,7 +354,7 @@ func (c *CQ) Wait(deadline time.Time) error {
 	}
 	for _, s := range c.segs {
 		if rc := C.shim_arm_cq(s.cq); rc != 0 {
-			c.ia.logf("ibv_req_notify_cq: %v", errnoOf(rc))
+			c.ia.debug("ibv_req_notify_cq failed", slog.String("error", errnoOf(rc).Error()))
 		}
 	}
 	c.stashLocked()
@@ -419,12 +420,12 @@ type wcRec struct {
 func (c *CQ) mapLocked(w wcRec) (driver.Completion, bool) {
 	q := c.qps[w.qpNum]
 	if q == nil {
-		c.ia.logf("completion %#x for QP %d, which is not on this CQ", w.wrID, w.qpNum)
+		c.ia.debug("completion of a QP not on this CQ", slog.String("wr_id", fmt.Sprintf("%#x", w.wrID)), slog.Uint64("qp", uint64(w.qpNum)))
 		return driver.Completion{}, false
 	}
 	comp, ok := q.mapWC(w)
 	if w.status != wcSuccess && w.status != wcFlushErr {
-		err := fmt.Errorf("verbs: connection broken: work request failed: %s", wcStatusString(w.status))
+		err := wcFailure(w.status)
 		q.noteFault(err)
 		go q.lost(err)
 	}
@@ -435,9 +436,13 @@ func (c *CQ) mapLocked(w wcRec) (driver.Completion, bool) {
 func (q *QP) mapWC(w wcRec) (driver.Completion, bool) {
 	id := w.wrID
 	if id&wrHandle != 0 {
-		if wrKind(id) == wrBind {
+		switch wrKind(id) {
+		case wrBind:
 			q.sendDone.Add(1)
 			q.bindDone(id&wrIdxMask, w.status)
+		case wrProbe:
+			q.sendDone.Add(1)
+			q.probeDone()
 		}
 		return driver.Completion{}, false
 	}

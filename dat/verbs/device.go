@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"fmt"
+	"log/slog"
 	"sync"
 	"syscall"
 )
@@ -55,8 +56,8 @@ func acquireDevice(ctx *C.struct_ibv_context) (*device, error) {
 	if vendor == siwVendorID {
 		// Before any queue of ours exists on the context: see siwkey.go.
 		plug, err := plugSiwKey(ctx, int(maxCQE))
-		if err != nil && debug {
-			fmt.Printf("verbs: %s: libsiw's invalid mmap key left unplugged: %v\n", deviceName(ctx), err)
+		if err != nil {
+			debugDevice(nil, deviceName(ctx), "libsiw's invalid mmap key left unplugged", slog.String("error", err.Error()))
 		}
 		d.plug = plug
 	}
@@ -107,8 +108,8 @@ func (d *device) fetchLocked() bool {
 	for {
 		var ev C.struct_shim_async_event
 		if rc := C.shim_next_async_event(d.ctx, &ev); rc != 0 {
-			if e := syscall.Errno(-rc); e != syscall.EAGAIN && e != syscall.EINTR && debug {
-				fmt.Printf("verbs: %s: ibv_get_async_event: %v\n", deviceName(d.ctx), e)
+			if e := syscall.Errno(-rc); e != syscall.EAGAIN && e != syscall.EINTR {
+				debugDevice(nil, deviceName(d.ctx), "ibv_get_async_event failed", slog.String("error", e.Error()))
 			}
 			return len(d.batch) > 0
 		}

@@ -17,6 +17,35 @@
 // device (ibv_context) and port; an address on no RDMA device is
 // driver.ErrInvalidAddress.
 //
+// Driver also implements driver.ConfigOpener: the IA's diagnostics
+// (unexpected errors of its event loops, CM events as they arrive, QPs
+// that did not drain) go to OpenConfig.Logger at Debug level with
+// structured attributes; without one to slog.Default(), or to standard
+// error when RDMANET_VERBS_DEBUG is set (log.go).
+//
+// # Connection options and keepalive
+//
+// QP implements driver.OptionsConnector. A port in
+// ConnectOptions.LocalAddr is bound on the connection's rdma_cm id
+// (rdma_bind_addr) before address resolution, so it is the connection's
+// source port, which the peer's request reports; an IP must be the IA's.
+// Control has no socket to act on and is ignored, as is
+// ListenConfig.Control.
+//
+// KeepAlive and KeepAliveConfig (of ConnectOptions for a connect, of the
+// ListenConfig for the connections a listener accepts) start a keeper on
+// an established connection over InfiniBand or RoCE, on by default with
+// package net's 15 s (keepalive.go): after Idle without any completion on
+// the QP it posts a zero-length RDMA Write, which the peer's device must
+// acknowledge and which no consumer sees; a probe that fails (retry
+// exceeded) or that stays unacknowledged, with no other completion, for
+// Interval × Count breaks the connection with an error wrapping
+// syscall.ETIMEDOUT. The bound is needed on rxe, which takes the retry
+// count of 7 given to rdma_connect as "retry forever". The probe takes a
+// send queue slot of its own (extraSendWR). iWARP devices (siw) get no
+// keeper: their Writes complete once the kernel's TCP has them, so a
+// probe would prove nothing.
+//
 // # Completions and event loops
 //
 // Completions take no goroutine of the provider. Each CQ has its own

@@ -18,7 +18,10 @@ import (
 // it uses nothing else of it).
 type Driver struct{}
 
-var _ driver.Driver = Driver{}
+var (
+	_ driver.Driver       = Driver{}
+	_ driver.ConfigOpener = Driver{}
+)
 
 func init() { driver.Register("verbs", Driver{}) }
 
@@ -26,8 +29,16 @@ func init() { driver.Register("verbs", Driver{}) }
 // is an IP literal or a network interface name (its first IPv4 address,
 // else its first global IPv6 one), as in DAPL's dat.conf "rxe_if0 0"; a
 // following numeric argument (DAPL's port) is accepted and ignored, since
-// the address already selects the device and port.
-func (Driver) Open(ctx context.Context, args []string) (driver.IA, error) {
+// the address already selects the device and port. It is OpenWith with
+// only the arguments.
+func (d Driver) Open(ctx context.Context, args []string) (driver.IA, error) {
+	return d.OpenWith(ctx, driver.OpenConfig{Args: args})
+}
+
+// OpenWith opens an IA as Open does, with cfg.Args as its arguments; the
+// IA's diagnostics go to cfg.Logger at Debug level (see log.go).
+func (Driver) OpenWith(ctx context.Context, cfg driver.OpenConfig) (driver.IA, error) {
+	args := cfg.Args
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("verbs: open: %w", err)
 	}
@@ -43,7 +54,7 @@ func (Driver) Open(ctx context.Context, args []string) (driver.IA, error) {
 	if err != nil {
 		return nil, err
 	}
-	ia, err := openIA(ip)
+	ia, err := openIA(ip, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}

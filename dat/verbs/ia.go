@@ -9,9 +9,8 @@ import "C"
 
 import (
 	"fmt"
-	"log"
+	"log/slog"
 	"net"
-	"os"
 	"sync"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
@@ -26,7 +25,8 @@ import (
 // whoever waits for the CQ (cq.go).
 type IA struct {
 	ip     net.IP
-	key    uintptr // registry key of the bind id
+	log    *slog.Logger // the provider's diagnostics (log.go); nil: the default
+	key    uintptr      // registry key of the bind id
 	ch     *C.struct_rdma_event_channel
 	bindID *C.struct_rdma_cm_id // keeps the device bound for the IA's life
 	ctx    *C.struct_ibv_context
@@ -57,8 +57,8 @@ var _ driver.IA = (*IA)(nil)
 
 // openIA binds an rdma_cm id to ip to find its device, queries the device
 // and starts the IA's event loops.
-func openIA(ip net.IP) (_ *IA, err error) {
-	ia := &IA{ip: ip}
+func openIA(ip net.IP, log *slog.Logger) (_ *IA, err error) {
+	ia := &IA{ip: ip, log: log}
 	defer func() {
 		if err != nil {
 			ia.release()
@@ -119,7 +119,7 @@ func (ia *IA) release() {
 // removal reaches the connections through their own ids).
 func (ia *IA) cmEvent(ev *cmEvent) {
 	if ev.typ == cmDeviceRemoval {
-		ia.logf("device removed")
+		ia.debug("device removed")
 	}
 }
 
@@ -247,16 +247,6 @@ func (ia *IA) live() error {
 func (ia *IA) forgetQP(q *QP) { ia.qps.Remove(q) }
 
 func (ia *IA) forgetListener(l *Listener) { ia.listeners.Remove(l) }
-
-// logf reports conditions nobody can act on (unexpected C errors in event
-// loops). It is silent unless RDMANET_VERBS_DEBUG is set.
-func (ia *IA) logf(format string, args ...any) {
-	if debug {
-		log.Printf("verbs %s: %s", ia.ip, fmt.Sprintf(format, args...))
-	}
-}
-
-var debug = os.Getenv("RDMANET_VERBS_DEBUG") != ""
 
 // deviceName is the device's name (rxe0, siw0, mlx5_0...).
 func deviceName(ctx *C.struct_ibv_context) string {

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"syscall"
@@ -32,6 +33,9 @@ type Listener struct {
 	key     uintptr
 	addr    *net.TCPAddr
 	backlog int
+	// keepAlive is the accepted connections' keepalive (resolved from
+	// the ListenConfig; see keepalive.go).
+	keepAlive net.KeepAliveConfig
 
 	ready chan *Request // arrived, not yet returned by Accept; cap backlog
 	done  chan struct{} // closed by Close
@@ -51,7 +55,8 @@ func listen(ia *IA, cfg driver.ListenConfig) (*Listener, error) {
 	if backlog <= 0 {
 		backlog = defaultBacklog
 	}
-	l := &Listener{ia: ia, backlog: backlog, ready: make(chan *Request, backlog), done: make(chan struct{})}
+	l := &Listener{ia: ia, backlog: backlog, ready: make(chan *Request, backlog), done: make(chan struct{}),
+		keepAlive: driver.ResolveKeepAlive(cfg.KeepAlive, cfg.KeepAliveConfig)}
 	l.key = register(l)
 	where := net.JoinHostPort(ia.ip.String(), fmt.Sprint(cfg.Port))
 	if rc := C.shim_create_id(ia.ch, &l.id, C.uintptr_t(l.key)); rc != 0 {
@@ -93,11 +98,11 @@ func (l *Listener) request(ev *cmEvent) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed || l.pending >= l.backlog {
-		l.ia.logf("refusing a connection request: listener closed %v, %d of %d pending", l.closed, l.pending, l.backlog)
+		l.ia.debug("connection request refused", slog.Bool("listener_closed", l.closed), slog.Int("pending", l.pending), slog.Int("backlog", l.backlog))
 		return false
 	}
 	l.pending++
-	l.ia.logf("connection request key %d: %d of %d pending", ev.key, l.pending, l.backlog)
+	l.ia.debug("connection request", slog.Uint64("key", uint64(ev.key)), slog.Int("pending", l.pending), slog.Int("backlog", l.backlog))
 	r := newRequest(l, ev)
 	l.ready <- r // cannot block: len(ready) <= pending <= backlog
 	return true
@@ -107,7 +112,7 @@ func (l *Listener) request(ev *cmEvent) bool {
 func (l *Listener) release() {
 	l.mu.Lock()
 	l.pending--
-	l.ia.logf("connection request settled: %d of %d pending", l.pending, l.backlog)
+	l.ia.debug("connection request settled", slog.Int("pending", l.pending), slog.Int("backlog", l.backlog))
 	l.mu.Unlock()
 }
 

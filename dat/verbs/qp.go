@@ -10,6 +10,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -82,6 +83,9 @@ type QP struct {
 	bindMu  sync.Mutex
 	bindSeq uint64 // guarded by bindMu
 	bind    atomic.Pointer[bindWait]
+	// keep is the connection's keeper (keepalive.go); nil without
+	// keepalive.
+	keep atomic.Pointer[keeper]
 
 	// ops counts Disconnect calls and connection losses in progress;
 	// Close waits for them before destroying the connection, which they
@@ -281,7 +285,7 @@ func (q *QP) connEventLocked(ev *cmEvent) (bool, error) {
 
 // asyncEvent receives the device's events for this QP.
 func (q *QP) asyncEvent(t C.enum_ibv_event_type) {
-	q.ia.logf("async event %s on QP key %d", asyncEventName(t), q.key)
+	q.ia.debug("async event", slog.String("event", asyncEventName(t)), slog.Uint64("qp_key", uint64(q.key)))
 	switch t {
 	case C.IBV_EVENT_QP_FATAL, C.IBV_EVENT_QP_REQ_ERR, C.IBV_EVENT_QP_ACCESS_ERR:
 		err := fmt.Errorf("verbs: connection broken: %s", asyncEventName(t))

@@ -105,6 +105,7 @@ func (r *Request) Accept(ctx context.Context, qp driver.QP, privateData []byte) 
 		return res, fmt.Errorf("verbs: accept %v: request already accepted, rejected or aborted", r.remote)
 	}
 	r.l.release()
+	a.keepAlive = r.l.keepAlive
 	err = q.accept(ctx, a, cfg, r, privateData)
 	if err = q.finish(a, &res, err); err != nil {
 		return driver.ConnectResult{}, fmt.Errorf("verbs: accept %v: %w", r.remote, err)

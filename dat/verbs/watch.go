@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -120,7 +121,7 @@ func (q *QP) checkSilentError() bool {
 		return true
 	}
 	q.mu.Unlock()
-	q.ia.logf("QP %d: found in the error state", c.qpNum)
+	q.ia.debug("QP found in the error state", slog.Uint64("qp", uint64(c.qpNum)))
 	q.noteFault(errSilentError)
 	go q.lost(errSilentError)
 	return false

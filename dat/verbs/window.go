@@ -10,6 +10,7 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"syscall"
@@ -136,7 +137,7 @@ func (w *Window) resetLocked(extra *C.struct_ibv_mr) {
 			// keep reporting the old binding, so that package dat keeps
 			// its region registered, and keep the new registration
 			// for Close.
-			w.pd.ia.logf("ibv_dealloc_mw after a failed bind: %v", errnoOf(rc))
+			w.pd.ia.debug("ibv_dealloc_mw after a failed bind failed", slog.String("error", errnoOf(rc).Error()))
 			if extra != nil {
 				w.stale = append(w.stale, extra)
 			}
@@ -151,7 +152,7 @@ func (w *Window) resetLocked(extra *C.struct_ibv_mr) {
 	var mw *C.struct_ibv_mw
 	if rc := C.shim_alloc_mw(w.pd.pd, &mw); rc != 0 {
 		// Later binds fail with ErrResources; Close is a no-op.
-		w.pd.ia.logf("ibv_alloc_mw after a failed bind: %v", errnoOf(rc))
+		w.pd.ia.debug("ibv_alloc_mw after a failed bind failed", slog.String("error", errnoOf(rc).Error()))
 		return
 	}
 	w.mw = mw
@@ -181,7 +182,7 @@ func (pd *PD) regExact(m *MR, addr, length uint64, access driver.Access) (*C.str
 // deregOwn deregisters a registration made by regExact.
 func (pd *PD) deregOwn(r *C.struct_ibv_mr) {
 	if rc := C.shim_dereg_mr(r); rc != 0 {
-		pd.ia.logf("ibv_dereg_mr of a window's registration: %v", errnoOf(rc))
+		pd.ia.debug("ibv_dereg_mr of a window's registration failed", slog.String("error", errnoOf(rc).Error()))
 	}
 }
 

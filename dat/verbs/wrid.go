@@ -16,8 +16,8 @@ import (
 //   - Which queue it belongs to. Package dat picks the queue by the
 //     Completion's Op, and a failed or flushed verbs completion has no
 //     valid opcode, while one CQ may serve both queues of a QP.
-//   - Whether it is the provider's own request (a window bind): those
-//     never reach package dat.
+//   - Whether it is the provider's own request (a window bind, a
+//     keepalive probe): those never reach package dat.
 //
 // Package dat keeps every ID below driver.MaxWRID (2^62), which leaves
 // the top two bits to the provider. Bit 63 clear: the low 62 bits are
@@ -35,7 +35,8 @@ const (
 
 // The provider's own request kinds.
 const (
-	wrBind = 1 // a window bind; index: the QP's bind number
+	wrBind  = 1 // a window bind; index: the QP's bind number
+	wrProbe = 2 // a keepalive probe; index: the keeper's probe number
 )
 
 // Package dat's IDs leave the provider's bits free.

@@ -1,0 +1,212 @@
+//go:build verbs && linux && cgo
+
+package verbs
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rdmanet/rdmanet/dat/driver"
+)
+
+// Keepalive on an RC connection: a keeper watches the connection's
+// completions and, once none has come for Idle, posts a probe, a
+// zero-length RDMA Write. The peer's device must acknowledge it, and it
+// touches no memory and raises no completion there (a zero-length RDMA
+// operation needs no valid remote key, IB C9-88), so no consumer on either
+// side sees it. Its successful completion is a sign of life like any
+// other; a probe the device cannot deliver fails with retry exceeded,
+// which breaks the connection like any failed request (with ETIMEDOUT,
+// see wcFailure). The transport retries the probe itself, so TCP's
+// repeated probes have no counterpart here: Interval × Count is instead
+// how long a probe may stay unacknowledged, with no other completion
+// meanwhile, before the keeper declares the peer gone itself. That bound
+// matters: rxe takes a retry count of 7 (what rdma_connect is given
+// here) as "retry forever", so there a dead peer never fails a request.
+//
+// Completions reach the counters the keeper reads (QP.sendDone and
+// recvDone) only when someone polls the CQ, so each tick polls the QP's
+// CQs into their stashes first (as drain does; package dat's waiter gets
+// them from there).
+//
+// On iWARP devices the connection is the kernel's TCP connection, and a
+// Write completes once TCP has taken it, not when the peer acknowledges
+// it: a probe would prove nothing, and the provider does not keep iWARP
+// connections alive (the kernel's TCP gives up on unacknowledged data
+// after tcp_retries2, about 15 minutes).
+type keeper struct {
+	q *QP
+	c *conn
+	// idle is the silence before a probe; limit how long a probe may go
+	// unacknowledged with no other completion (Interval × Count).
+	idle, limit time.Duration
+
+	// done counts probes completed (any status), from mapWC.
+	done atomic.Uint64
+
+	// Guarded by q.mu.
+	timer   *time.Timer
+	stopped bool
+	posted  uint64    // probes posted
+	seen    uint64    // sendDone+recvDone at the last tick
+	last    time.Time // the last tick
+	quiet   time.Time // no completion since (a lower bound: the tick before the one that saw the last)
+	alive   time.Time // the tick that saw the last completion (an upper bound)
+	probeAt time.Time // when the outstanding probe was posted
+}
+
+// minTick bounds how soon a keeper ticks again, so that a clock that
+// says "due now" cannot make it spin.
+const minTick = 10 * time.Millisecond
+
+// keepaliveOf resolves what a connection's keepalive is, with package
+// net's defaults for what ka leaves unset or to the system.
+func keepaliveOf(ka net.KeepAliveConfig) (idle, limit time.Duration, on bool) {
+	if !ka.Enable {
+		return 0, 0, false
+	}
+	idle, interval, count := ka.Idle, ka.Interval, ka.Count
+	if idle <= 0 {
+		idle = driver.DefaultKeepAliveIdle
+	}
+	if interval <= 0 {
+		interval = driver.DefaultKeepAliveInterval
+	}
+	if count <= 0 {
+		count = driver.DefaultKeepAliveCount
+	}
+	return idle, interval * time.Duration(count), true
+}
+
+// startKeepalive starts the keeper of q's new connection c, if ka asks for
+// keepalive and the device is not iWARP. Called once c is established.
+func (q *QP) startKeepalive(c *conn, ka net.KeepAliveConfig) {
+	idle, limit, on := keepaliveOf(ka)
+	if !on || q.ia.attr.Transport == driver.TransportIWARP {
+		return
+	}
+	now := time.Now()
+	k := &keeper{q: q, c: c, idle: idle, limit: limit, last: now, quiet: now, alive: now}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.state != qpConnected || q.conn != c {
+		return
+	}
+	k.seen = q.sendDone.Load() + q.recvDone.Load()
+	k.timer = time.AfterFunc(idle, k.tick)
+	q.keep.Store(k)
+}
+
+// stopKeepalive stops q's keeper, if it has one. A tick already running
+// finds the QP no longer connected and does nothing.
+func (q *QP) stopKeepalive() {
+	k := q.keep.Load()
+	if k == nil {
+		return
+	}
+	q.mu.Lock()
+	k.stopped = true
+	k.timer.Stop()
+	q.mu.Unlock()
+}
+
+// probeDone takes the completion of one of q's probes.
+func (q *QP) probeDone() {
+	if k := q.keep.Load(); k != nil {
+		k.done.Add(1)
+	}
+}
+
+// tick is the keeper's timer function.
+func (k *keeper) tick() {
+	q, c := k.q, k.c
+	// What completed meanwhile counts; take it off the device.
+	if c.scq != nil {
+		c.scq.collect()
+		if c.rcq != c.scq {
+			c.rcq.collect()
+		}
+	}
+	now := time.Now()
+	q.mu.Lock()
+	if k.stopped || q.state != qpConnected || q.conn != c {
+		q.mu.Unlock()
+		return
+	}
+	if p := q.sendDone.Load() + q.recvDone.Load(); p != k.seen {
+		k.seen = p
+		k.quiet, k.alive = k.last, now
+	}
+	k.last = now
+	var next time.Duration
+	if k.posted != k.done.Load() {
+		since := k.probeAt
+		if k.alive.After(since) {
+			since = k.alive
+		}
+		waited := now.Sub(since)
+		if waited >= k.limit {
+			k.stopped = true
+			q.mu.Unlock()
+			err := fmt.Errorf("verbs: connection broken: keepalive: no completion for %v, a probe unacknowledged for %v: %w",
+				now.Sub(k.alive).Round(time.Millisecond), now.Sub(k.probeAt).Round(time.Millisecond), syscall.ETIMEDOUT)
+			q.ia.debug("keepalive: peer gone", slog.Uint64("qp", uint64(c.qpNum)), slog.String("error", err.Error()))
+			q.noteFault(err)
+			go q.lost(err)
+			return
+		}
+		next = k.limit - waited
+	} else if age := now.Sub(k.quiet); age >= k.idle {
+		if err := k.probeLocked(); err != nil {
+			q.ia.debug("keepalive: probe not posted", slog.Uint64("qp", uint64(c.qpNum)), slog.String("error", err.Error()))
+			next = k.idle
+		} else {
+			k.probeAt = now
+			next = k.limit
+		}
+	} else {
+		next = max(k.idle-age, k.idle/4)
+	}
+	k.timer.Reset(max(next, minTick))
+	q.mu.Unlock()
+}
+
+// probeLocked posts a probe: a signalled zero-length RDMA Write in the
+// send queue slot kept for it (extraSendWR). Callers hold q.mu.
+func (k *keeper) probeLocked() error {
+	q := k.q
+	qp := k.c.qp
+	if qp == nil {
+		return fmt.Errorf("no verbs QP")
+	}
+	q.sendPosted.Add(1)
+	rc := C.shim_post_send(qp, C.uint64_t(wrHandleOf(wrProbe, k.posted)), C.IBV_WR_RDMA_WRITE, C.IBV_SEND_SIGNALED,
+		&q.sges[0], 0, 0, 0)
+	if rc != 0 {
+		q.sendPosted.Add(^uint64(0))
+		return postError("ibv_post_send", errnoOf(rc))
+	}
+	k.posted++
+	return nil
+}
+
+// wcFailure is the error a failed work completion breaks its connection
+// with. The transport giving up on the peer (retries exhausted, no
+// response) wraps syscall.ETIMEDOUT, which a TCP connection reports for a
+// peer gone silent.
+func wcFailure(status uint32) error {
+	switch status {
+	case C.IBV_WC_RETRY_EXC_ERR, C.IBV_WC_RESP_TIMEOUT_ERR:
+		return fmt.Errorf("verbs: connection broken: work request failed: %s: %w", wcStatusString(status), syscall.ETIMEDOUT)
+	}
+	return fmt.Errorf("verbs: connection broken: work request failed: %s", wcStatusString(status))
+}
