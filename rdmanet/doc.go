@@ -66,6 +66,17 @@
 // why they are TCP (FallbackReason); the process counts them by reason
 // (Listing.Fallbacks) and logs each at Info.
 //
+// # Socket options and dead peers
+//
+// Dialer and ListenConfig take package net's socket-level options with
+// net's meanings: LocalAddr (port included), Control and ControlContext,
+// KeepAlive and KeepAliveConfig. They reach the provider through package
+// dat (dat.ConnectOptions on the connection's EP, dat.PSPOptions on the
+// listener's PSP). Keepalive is on by default (15 s); a peer that
+// vanishes without closing then fails a blocked Read or Write with an
+// error matching syscall.ETIMEDOUT, within about Idle + Interval × Count
+// (see Dialer.KeepAlive for how each provider probes).
+//
 // # Observing connections
 //
 // Conn.Stats returns a connection's counters (bytes, RDMA Writes, control
