@@ -81,11 +81,27 @@ func (e *peerError) Error() string {
 	return e.errno.Error() + " (" + e.cause.Error() + ")"
 }
 
+// Timeout reports whether the peer went silent (ETIMEDOUT), as the error
+// of a TCP connection that keepalive gave up says, so that a
+// *net.OpError wrapping it is a net.Error with Timeout() true there too.
+func (e *peerError) Timeout() bool { return e.errno == syscall.ETIMEDOUT }
+
 func (e *peerError) Unwrap() []error {
 	if e.cause == nil {
 		return []error{e.errno}
 	}
 	return []error{e.errno, e.cause}
+}
+
+// brokenErrno is the errno of a connection the transport broke with
+// cause: ETIMEDOUT when the peer went silent (keepalive gave it up, the
+// transport's retries ran out), as a TCP connection reports it, and
+// ECONNRESET otherwise.
+func brokenErrno(cause error) syscall.Errno {
+	if errors.Is(cause, syscall.ETIMEDOUT) {
+		return syscall.ETIMEDOUT
+	}
+	return syscall.ECONNRESET
 }
 
 var (

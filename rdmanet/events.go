@@ -202,7 +202,7 @@ func (c *Conn) onDisconnected(ev *dat.Event) {
 	if c.err == nil {
 		switch {
 		case ev.Number == dat.ConnectionEventBroken:
-			c.err = &peerError{errno: syscall.ECONNRESET, cause: ev.Conn.Err}
+			c.err = &peerError{errno: brokenErrno(ev.Conn.Err), cause: ev.Conn.Err}
 		case c.rFIN:
 			c.err = errPeerClosed
 		default:
@@ -230,7 +230,7 @@ func (c *Conn) onDisconnected(ev *dat.Event) {
 	case ended == errPeerClosed:
 		c.logDebug("rdmanet: peer closed")
 	default:
-		c.logInfo("rdmanet: peer reset", slog.String("reason", "peer reset"), slog.String("error", ended.Error()))
+		c.logInfo("rdmanet: peer reset", slog.String("reason", failureReason(ended)), slog.String("error", ended.Error()))
 	}
 	c.wakeAll()
 }

@@ -220,8 +220,8 @@ func TestKeepAliveDeadPeer(t *testing.T) {
 			if !errors.As(r.err, &oe) || oe.Op != w.op {
 				t.Errorf("%s: %v, want a *net.OpError %q", w.op, r.err, w.op)
 			}
-			if !errors.Is(r.err, syscall.ETIMEDOUT) {
-				t.Errorf("%s: %v, want ETIMEDOUT", w.op, r.err)
+			if !errors.Is(r.err, syscall.ETIMEDOUT) || !oe.Timeout() {
+				t.Errorf("%s: %v, want ETIMEDOUT, a timeout", w.op, r.err)
 			}
 			t.Logf("%s failed after %v (keepalive %v + %v × %d): %v", w.op, r.elapsed.Round(time.Millisecond), ka.Idle, ka.Interval, ka.Count, r.err)
 		case <-time.After(bound - time.Since(start)):
