@@ -381,8 +381,13 @@ func (c *cb) fail(f failure, err error) {
 		c.a.reportShort("the connection failed (" + f.category + ")")
 	}
 	c.setState(stError)
-	c.post()
+	// Exit first: rping's CM thread ends the process before its main
+	// thread, waiting for the CONNECTED state, can print anything more.
+	// (Posting first let the main goroutine print "wait for CONNECTED
+	// state" before os.Exit, now and then.) In an in-process run exit
+	// closes a.dead, which wakes the main goroutine as well.
 	c.a.exit(-1)
+	c.post()
 }
 
 // disconnect is rping_disconnect: a graceful dat_ep_disconnect.
