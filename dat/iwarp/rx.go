@@ -40,7 +40,11 @@ type receiver struct {
 	tc *net.TCPConn
 	// idle waits for the socket with nothing read ahead (readIdle); nil
 	// where the system has no such wait, and the buffer stays then.
-	idle syscall.RawConn
+	idle    syscall.RawConn
+	idleFn  func(fd uintptr) bool // rx.idleRead, made once
+	idleN   int                   // what idleRead read
+	idleErr error
+	bufp    *rxBuffer // the pool's buffer behind buf
 
 	buf  []byte
 	r, w int
@@ -86,8 +90,9 @@ type receiver struct {
 // idle connection costs.
 func (c *connection) readLoop() {
 	defer c.q.ia.conns.Done()
-	rx := &receiver{c: c, q: c.q, tc: c.tc, buf: getRxBuf(), crcOn: c.crc, sendMSN: 1, rreqMSN: 1}
-	defer func() { putRxBuf(rx.buf) }()
+	rx := &receiver{c: c, q: c.q, tc: c.tc, crcOn: c.crc, sendMSN: 1, rreqMSN: 1}
+	rx.takeBuf()
+	defer rx.dropBuf()
 	rx.idle = idleReader(c.tc)
 	err := rx.run()
 	c.finish(rx, err)
@@ -598,13 +603,22 @@ func (rx *receiver) terminate(n, l int) error {
 // The read-ahead buffers of receivers that wait for their socket with
 // nothing read ahead go back to this pool, so that an idle connection
 // holds none (see readIdle).
-var rxBufs = sync.Pool{New: func() any { b := make([]byte, rxBufSize); return &b }}
+var rxBufs = sync.Pool{New: func() any { return new(rxBuffer) }}
 
-func getRxBuf() []byte { return *rxBufs.Get().(*[]byte) }
+// rxBuffer is a read-ahead buffer; the pool holds pointers to them, which
+// go in and out without allocating.
+type rxBuffer [rxBufSize]byte
 
-func putRxBuf(b []byte) {
-	if cap(b) == rxBufSize {
-		b = b[:rxBufSize]
-		rxBufs.Put(&b)
+// takeBuf gives the receiver a read-ahead buffer from the pool.
+func (rx *receiver) takeBuf() {
+	rx.bufp = rxBufs.Get().(*rxBuffer)
+	rx.buf = rx.bufp[:]
+}
+
+// dropBuf gives the receiver's read-ahead buffer back to the pool.
+func (rx *receiver) dropBuf() {
+	if rx.bufp != nil {
+		rxBufs.Put(rx.bufp)
 	}
+	rx.bufp, rx.buf = nil, nil
 }

@@ -208,39 +208,46 @@ func idleReader(tc *net.TCPConn) syscall.RawConn {
 // does. It is net's own read loop (read; on EAGAIN wait in the netpoller;
 // read again) with that one difference, so it costs no extra system call.
 func (rx *receiver) readIdle() error {
-	var n int
-	var rerr error
-	err := rx.idle.Read(func(fd uintptr) bool {
-		if rx.buf == nil {
-			rx.buf = getRxBuf()
-		}
-		for {
-			n, rerr = syscall.Read(int(fd), rx.buf)
-			if rerr != syscall.EINTR {
-				break
-			}
-		}
-		if rerr == syscall.EAGAIN {
-			putRxBuf(rx.buf)
-			rx.buf = nil
-			return false // wait until readable, then call again
-		}
-		return true
-	})
+	if rx.idleFn == nil {
+		rx.idleFn = rx.idleRead // once: a method value allocates
+	}
+	rx.idleN, rx.idleErr = 0, nil
+	err := rx.idle.Read(rx.idleFn)
 	if rx.buf == nil {
-		rx.buf = getRxBuf()
+		rx.takeBuf()
 	}
 	raceAcquire(rx.c.raceRx)
 	switch {
 	case err != nil:
 		return err
-	case rerr != nil:
-		return &net.OpError{Op: "read", Net: "tcp", Source: rx.tc.LocalAddr(), Addr: rx.tc.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
-	case n == 0:
+	case rx.idleErr != nil:
+		return &net.OpError{Op: "read", Net: "tcp", Source: rx.tc.LocalAddr(), Addr: rx.tc.RemoteAddr(), Err: os.NewSyscallError("read", rx.idleErr)}
+	case rx.idleN == 0:
 		return io.EOF
 	}
-	rx.w = n
+	rx.w = rx.idleN
 	return nil
+}
+
+// idleRead is readIdle's step, called by the netpoller loop.
+func (rx *receiver) idleRead(fd uintptr) bool {
+	if rx.buf == nil {
+		rx.takeBuf()
+	}
+	var n int
+	var err error
+	for {
+		n, err = syscall.Read(int(fd), rx.buf)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err == syscall.EAGAIN {
+		rx.dropBuf()
+		return false // wait until readable, then call again
+	}
+	rx.idleN, rx.idleErr = n, err
+	return true
 }
 
 // deferAccept asks the kernel to queue a connection for accept only once
