@@ -601,6 +601,14 @@ func TestPeerClosesConnection(t *testing.T) {
 			conn.Close()
 		})
 		for i := 0; i < 20; i++ {
+			if i%2 == 1 {
+				// Widen the window between CONNECTED and ESTABLISHED,
+				// so that the close lands in it.
+				restore := dat.SetHookBeforeEstablished(func() { time.Sleep(20 * time.Millisecond) })
+				defer restore()
+			} else {
+				dat.SetHookBeforeEstablished(nil)
+			}
 			cep := c.ep(t)
 			require.NoError(t, connectTo(cep, peer.qual(), dat.TimeoutOf(eventWait), nil))
 			ev, _, err := c.evd.Wait(dat.TimeoutOf(eventWait), 1)

@@ -126,9 +126,11 @@ func (cr *CR) Accept(ep *EP, privateData []byte) error {
 // DISCONNECTED with ACCEPT_COMPLETION_ERROR.
 func (ep *EP) acceptDone(a *attempt, qp driver.QP, res driver.ConnectResult, err error) {
 	ia := ep.ia
+	ep.evMu.Lock() // see EP.evMu
 	ia.mu.Lock()
 	if ep.attempt != a {
 		ia.mu.Unlock()
+		ep.evMu.Unlock()
 		if err == nil {
 			qp.Disconnect(false)
 		}
@@ -153,6 +155,7 @@ func (ep *EP) acceptDone(a *attempt, qp driver.QP, res driver.ConnectResult, err
 	if evd != nil {
 		evd.post(ev)
 	}
+	ep.evMu.Unlock()
 	if err == nil && lost {
 		ep.transportEnded(ep.tagOf(qp), lostErr)
 	}

@@ -16,6 +16,14 @@ import (
 type EP struct {
 	ia *IA
 
+	// evMu orders the establishment of a connection and the provider's
+	// report of its end: connectDone and acceptDone hold it from the state
+	// change through posting ESTABLISHED, and transportEnded takes it, so
+	// DISCONNECTED or BROKEN can never be queued ahead of ESTABLISHED. It
+	// is taken before ia.mu, and never held across a call into the
+	// provider that may wait for OnDisconnect.
+	evMu sync.Mutex
+
 	// All fields below are guarded by ia.mu.
 	state   EPState
 	freed   bool

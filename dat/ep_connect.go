@@ -129,11 +129,13 @@ func (ep *EP) startConnectLocked(op string, remote netip.Addr, qual ConnQual, ti
 // PEER_REJECTED, NON_PEER_REJECTED, UNREACHABLE or TIMED_OUT.
 func (ep *EP) connectDone(a *attempt, qp driver.QP, res driver.ConnectResult, err error, timed bool) {
 	ia := ep.ia
+	ep.evMu.Lock()
 	ia.mu.Lock()
 	if ep.attempt != a {
 		// Aborted by disconnect, free or IA close, which already reported
 		// it. A connection that got through anyway is torn down.
 		ia.mu.Unlock()
+		ep.evMu.Unlock()
 		if err == nil {
 			qp.Disconnect(false)
 		}
@@ -168,13 +170,21 @@ func (ep *EP) connectDone(a *attempt, qp driver.QP, res driver.ConnectResult, er
 	if err != nil {
 		ep.flushQueues()
 	}
+	if testHookBeforeEstablished != nil && err == nil {
+		testHookBeforeEstablished()
+	}
 	if evd != nil {
 		evd.post(ev)
 	}
+	ep.evMu.Unlock()
 	if err == nil && lost {
 		ep.transportEnded(ep.tagOf(qp), lostErr)
 	}
 }
+
+// testHookBeforeEstablished, nil outside tests, runs between an active
+// connection's CONNECTED state and its ESTABLISHED event.
+var testHookBeforeEstablished func()
 
 // tagOf returns the Tag of qp if it is still the EP's QP, else 0 (which no
 // QP has).
@@ -295,6 +305,8 @@ func (ep *EP) disconnected(a *attempt, err error) {
 // outstanding work is flushed first.
 func (ep *EP) transportEnded(tag uint32, err error) {
 	ia := ep.ia
+	ep.evMu.Lock() // after an ESTABLISHED being posted (see evMu)
+	defer ep.evMu.Unlock()
 	ia.mu.Lock()
 	if ep.freed || ep.tag != tag {
 		ia.mu.Unlock()
