@@ -128,13 +128,26 @@ func BenchmarkPingPong(b *testing.B) {
 // accept, both sides ready) without and with dup_connect reuse. One extra
 // connection stays open in both, so the IA is opened once either way and
 // only dup_connect differs.
+// BenchmarkDial measures a dial plus a first byte each way (the server
+// echoes it), against TCP doing the same; BenchmarkDialDup the same
+// through dup-connect (a live connection to the address exists).
 func BenchmarkDial(b *testing.B)    { benchDial(b, false) }
 func BenchmarkDialDup(b *testing.B) { benchDial(b, true) }
 
 func benchDial(b *testing.B, dup bool) {
-	for _, kind := range []string{"iwarp"} {
+	kinds := []string{"iwarp"}
+	if !dup {
+		kinds = []string{"tcp", "iwarp"}
+	}
+	for _, kind := range kinds {
 		b.Run(kindName(kind), func(b *testing.B) {
-			l, err := (&ListenConfig{IA: kind}).Listen(context.Background(), "rdma", "127.0.0.1:0")
+			var l net.Listener
+			var err error
+			if kind == "tcp" {
+				l, err = net.Listen("tcp", "127.0.0.1:0")
+			} else {
+				l, err = (&ListenConfig{IA: kind}).Listen(context.Background(), "rdma", "127.0.0.1:0")
+			}
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -145,20 +158,33 @@ func benchDial(b *testing.B, dup bool) {
 					if err != nil {
 						return
 					}
-					go func() { io.Copy(io.Discard, c); c.Close() }()
+					go func() { io.Copy(c, c); c.Close() }()
 				}
 			}()
-			d := &Dialer{IA: kind, NoDup: !dup, Timeout: 10 * time.Second}
-			keep, err := d.Dial("rdma", l.Addr().String())
+			dial := func() (net.Conn, error) {
+				if kind == "tcp" {
+					return net.Dial("tcp", l.Addr().String())
+				}
+				d := &Dialer{IA: kind, NoDup: !dup, Timeout: 10 * time.Second}
+				return d.Dial("rdma", l.Addr().String())
+			}
+			keep, err := dial()
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer keep.Close()
+			one := make([]byte, 1)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				c, err := d.Dial("rdma", l.Addr().String())
+				c, err := dial()
 				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := c.Write(one); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(c, one); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()
