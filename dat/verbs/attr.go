@@ -51,6 +51,11 @@ type devLimits struct {
 	// window's own range, so windows are bound over an exact-range
 	// registration of their own (window.go).
 	windowBoundsByRegion bool
+	// splitSmall: the device sends a small single-SGE Send or RDMA
+	// Write whose memory crosses a page boundary wrong (siw), so such an
+	// SGE is split at the boundary (splitSmallSGE) and every QP gets
+	// room for two send SGEs.
+	splitSmall bool
 	// silentErrors: the device moves a QP to the error state on a
 	// remote access violation without an async event (errorWatch).
 	silentErrors bool
@@ -116,6 +121,7 @@ func queryAttr(ctx *C.struct_ibv_context, port uint8) (driver.IAAttr, devLimits,
 	// outside the window (the responder checks the region's range only).
 	lim.windowBoundsByRegion = lim.windows && da.vendor_id == rxeVendorID
 	lim.silentErrors = da.vendor_id == rxeVendorID
+	lim.splitSmall = da.vendor_id == siwVendorID
 	return a, lim, nil
 }
 

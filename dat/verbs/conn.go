@@ -10,6 +10,7 @@ import "C"
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
@@ -95,14 +96,18 @@ func (q *QP) createVerbsQP(c *conn, cfg driver.QPConfig) (err error) {
 	}
 	c.scq, c.rcq, c.sseg, c.rseg, c.sEnt, c.rEnt = scq, rcq, sseg, rseg, sEnt, rEnt
 	q.srq = s
+	sendSGE := max(cfg.MaxSendSGE, 1)
+	if q.ia.lim.splitSmall {
+		sendSGE = max(sendSGE, 2) // room for splitSmallSGE
+	}
 	rc := C.shim_create_qp(c.id, pd.pd, sseg.cq, rseg.cq, srq,
 		C.uint32_t(sendWR), C.uint32_t(recvWR),
-		C.uint32_t(max(cfg.MaxSendSGE, 1)), C.uint32_t(max(cfg.MaxRecvSGE, 1)), C.uintptr_t(q.key))
+		C.uint32_t(sendSGE), C.uint32_t(max(cfg.MaxRecvSGE, 1)), C.uintptr_t(q.key))
 	if rc != 0 {
 		scq.detach(sseg, sEnt)
 		rcq.detach(rseg, rEnt)
 		c.scq, c.rcq, c.sseg, c.rseg = nil, nil, nil, nil
-		return localError(fmt.Sprintf("rdma_create_qp(%d/%d send/receive WRs, %d/%d SGEs)", sendWR, recvWR, max(cfg.MaxSendSGE, 1), max(cfg.MaxRecvSGE, 1)), errnoOf(rc))
+		return localError(fmt.Sprintf("rdma_create_qp(%d/%d send/receive WRs, %d/%d SGEs)", sendWR, recvWR, sendSGE, max(cfg.MaxRecvSGE, 1)), errnoOf(rc))
 	}
 	qp := C.shim_id_qp(c.id)
 	c.qpNum = uint32(C.shim_qp_num(qp))
@@ -160,6 +165,36 @@ func (q *QP) fillSGEs(sges []driver.SGE) int {
 	}
 	return len(sges)
 }
+
+// siwMaxHdrInline bounds the payloads kernel siw copies into the packet
+// header itself (siw_try_1seg, MAX_HDR_INLINE: 32 bytes), doubled for
+// margin: splitting a larger SGE changes nothing but the path.
+const siwMaxHdrInline = 64
+
+// splitSmallSGE works around a kernel siw bug (6.1, and upstream still):
+// a Send or RDMA Write of at most 32 bytes from one SGE is copied into the
+// packet header, and when its memory crosses a page boundary and the
+// copy is made by siw's transmit thread (the send queue was busy at the
+// post) it copies bytes - (PAGE_SIZE - off) bytes from the first page
+// instead of PAGE_SIZE - off, reading past its end, and takes the rest
+// from the wrong offset: the peer gets damaged data, and the request
+// completes successfully (TestSmallSendsAcrossPages). A request with
+// two SGEs never takes that path, so such an SGE is split at the page
+// boundary into two with the same key. Callers hold mu and have filled
+// q.sges with the request's one SGE; it returns the SGE count to post.
+func (q *QP) splitSmallSGE() int {
+	s := q.sges[0]
+	ps := uint64(pageSize)
+	head := ps - uint64(s.addr)%ps // bytes on the first page
+	if uint64(s.length) > siwMaxHdrInline || uint64(s.length) <= head {
+		return 1
+	}
+	q.sges[0].length = C.uint32_t(head)
+	q.sges[1] = C.struct_ibv_sge{addr: s.addr + C.uint64_t(head), length: s.length - C.uint32_t(head), lkey: s.lkey}
+	return 2
+}
+
+var pageSize = os.Getpagesize()
 
 // quiesce makes the connection quiescent, once; later callers wait for
 // the first. The QP goes to the error state, and the CQs are polled into

@@ -149,14 +149,15 @@
 //
 // The provider asks the device for exactly what package dat configures:
 // the EP's request and receive depths as the QP's send and receive
-// queues (plus one send slot for window binds where there are windows),
-// and the EVD's length as its CQ. Devices round up: siw and rxe to a
+// queues (plus a send slot for window binds where there are windows and
+// one for keepalive probes on IB and RoCE), and the EVD's length as its
+// CQ. Devices round up: siw and rxe to a
 // power of two. For an rdmanet connection (32 receives, 64 requests, an
 // EVD of 112 for both queues) that is, per Conn:
 //
 //	              siw (queue memory, mmap'd)          rxe
 //	CQ            128 entries, 2 pages                112 entries asked
-//	send queue    64 WRs x 120 B, 2 pages             65 WRs asked
+//	send queue    64 WRs x 120 B, 2 pages             66 WRs asked
 //	receive queue 32 WRs x 112 B, 1 page              32 WRs asked
 //
 // so 5 pages (20 KiB) on siw, where a fixed 4096-entry CQ and a 65-entry
@@ -190,6 +191,25 @@
 // the first IA opens, or page 143 is and 144 is free, nothing is plugged
 // (logged with RDMANET_VERBS_DEBUG); only another library's queues on the
 // same context can cause that.
+//
+// # siw and small Sends across a page
+//
+// Kernel siw (6.1, and upstream as of this writing) copies the payload of
+// a Send or RDMA Write of at most 32 bytes from a single SGE into the
+// packet header (siw_try_1seg). When that memory crosses a page boundary
+// and the copy is made by siw's transmit thread, as it is for a request
+// posted while the send queue is busy, it copies the wrong lengths from
+// the wrong places: bytes from past the end of the first page reach the
+// peer, shifted bytes follow, and the request completes successfully.
+// rdmanet's soak test (128 connections of small and large writes) saw it
+// on siw0 about once a minute, as a few bytes of a small Write arriving
+// wrong; TestSmallSendsAcrossPages makes it happen at once. On siw the
+// provider therefore splits such an SGE at the page boundary (two SGEs,
+// same key), which takes siw's other, correct path, and gives every QP
+// room for two send SGEs. The same copy serves RDMA Read responses, which
+// the peer's Reads cause and the provider cannot split: a Read of at most
+// 32 bytes that crosses a page of this side's memory can return wrong
+// data from a siw responder.
 //
 // # Local errors
 //

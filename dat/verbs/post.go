@@ -102,6 +102,9 @@ func (q *QP) PostSend(wr driver.SendWR) error {
 		return err
 	}
 	n := q.fillSGEs(wr.Local)
+	if n == 1 && wr.Op != driver.OpRDMARead && q.ia.lim.splitSmall {
+		n = q.splitSmallSGE()
+	}
 	q.sendPosted.Add(1)
 	rc := C.shim_post_send(q.conn.qp, C.uint64_t(wrid), opcode, flags, &q.sges[0], C.int(n),
 		C.uint64_t(wr.Remote.Addr), C.uint32_t(wr.Remote.RKey))
