@@ -79,15 +79,7 @@ func TestAdmissionEvictsOldest(t *testing.T) {
 
 			// A real initiator gets in (taking c's place if its Request
 			// was not there yet when the listener took it).
-			q := newQP(t, ia, defaultQPConfig, nil)
-			resp := newQP(t, ia, defaultQPConfig, nil)
-			ch := connectAsync(ctx, q, l.Addr(), nil)
-			if _, err := accept(t, ctx, l).Accept(ctx, resp, nil); err != nil {
-				t.Fatal(err)
-			}
-			if res := waitConnect(t, ch); res.err != nil {
-				t.Fatal(res.err)
-			}
+			connectThrough(t, ctx, ia, l)
 			if got := iwarp.ListenerCounts(l); got.Evicted < 2 || got.Refused != 0 || got.Fallback != 0 {
 				t.Fatalf("counts %+v, want 2 or 3 evicted, 0 refused, 0 fallbacks", got)
 			}
@@ -407,6 +399,19 @@ func TestSilentConnectionsStayInKernel(t *testing.T) {
 	for range 200 {
 		dialRaw(t, l.Addr())
 	}
+	connectThrough(t, ctx, ia, l)
+	if n := iwarp.ListenerHandshakes(l); n != 0 {
+		t.Fatalf("%d silent connections in the listener's handshake table", n)
+	}
+	if got := iwarp.ListenerCounts(l); got.Evicted != 0 || got.Dropped != 0 {
+		t.Fatalf("counts %+v: silent connections reached the listener", got)
+	}
+}
+
+// connectThrough connects a QP of ia to l and accepts it: a real initiator
+// getting through.
+func connectThrough(t *testing.T, ctx context.Context, ia *iwarp.IA, l *iwarp.Listener) {
+	t.Helper()
 	q := newQP(t, ia, defaultQPConfig, nil)
 	resp := newQP(t, ia, defaultQPConfig, nil)
 	ch := connectAsync(ctx, q, l.Addr(), nil)
@@ -415,11 +420,5 @@ func TestSilentConnectionsStayInKernel(t *testing.T) {
 	}
 	if res := waitConnect(t, ch); res.err != nil {
 		t.Fatal(res.err)
-	}
-	if n := iwarp.ListenerHandshakes(l); n != 0 {
-		t.Fatalf("%d silent connections in the listener's handshake table", n)
-	}
-	if got := iwarp.ListenerCounts(l); got.Evicted != 0 || got.Dropped != 0 {
-		t.Fatalf("counts %+v: silent connections reached the listener", got)
 	}
 }
