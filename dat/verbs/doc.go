@@ -110,6 +110,28 @@
 // rdma_accept with depths min(QP's, requester's). Modify applies until
 // the QP connects.
 //
+// # Admission: what a listener can and cannot bound
+//
+// Unlike the iwarp provider, which owns its TCP listener and so drops
+// silent or garbage connections itself, a verbs listener only ever sees
+// connection requests the kernel's connection manager has already
+// parsed: a CM REQ on InfiniBand and RoCE (rxe), a TCP connection whose
+// MPA Request the kernel's iWARP code (siw's connection manager) has
+// read in full. So the limits on half-open connections are the kernel's:
+// on iWARP devices the MPA exchange has the kernel driver's own timeout
+// (siw's is seconds, not configurable from user space) and the TCP accept
+// queue is sized from rdma_listen's backlog; on RoCE a REQ that is never
+// answered times out at the requester by the CM's own retries, and costs
+// the listener one kernel cm_id meanwhile. What the provider bounds is
+// the requests it has been handed and not yet settled: ListenConfig.Backlog
+// (default 128), beyond which a request is rejected at once (see the
+// reject table below), and it reads the event channel as
+// events arrive, so the kernel's backlog (rdma_listen's, at least 128)
+// only bounds events not yet read. A flood of half-open TCP connections
+// against an iWARP device's port is therefore the kernel's to absorb: the
+// iwarp provider's own defences (TCP_DEFER_ACCEPT, a short request
+// timeout, dropping the oldest half-open connection) do not carry over.
+//
 // # Completions: IDs, tags and CQ sizes
 //
 // Package dat numbers its requests, restores their post order and flushes
