@@ -77,8 +77,7 @@ func (c *Conn) poll(kicks uint64) bool {
 		// Regions the events retired, an offered ring to write into
 		// (see resize.go); then answer the whole batch with at most one
 		// control message.
-		c.freeRetired()
-		c.adoptOffer()
+		c.afterEvents()
 		c.flushControl()
 	}
 	c.pollMu.Unlock()

@@ -4,11 +4,9 @@ package rdmanet
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"os"
-	"syscall"
 	"testing"
 	"time"
 
@@ -59,38 +57,5 @@ func TestKeepAliveDeadPeerVerbs(t *testing.T) {
 		t.Fatalf("write after idling with keepalive: %v", err)
 	}
 
-	type result struct {
-		err     error
-		elapsed time.Duration
-	}
-	readDone := make(chan result, 1)
-	writeDone := make(chan result, 1)
-	pair.Cut(t)
-	start := time.Now()
-	go func() {
-		_, err := reader.Read(make([]byte, 1))
-		readDone <- result{err, time.Since(start)}
-	}()
-	go func() {
-		_, err := writer.Write(make([]byte, 4<<20))
-		writeDone <- result{err, time.Since(start)}
-	}()
-	for _, w := range []struct {
-		op   string
-		done chan result
-	}{{"read", readDone}, {"write", writeDone}} {
-		select {
-		case r := <-w.done:
-			var oe *net.OpError
-			if !errors.As(r.err, &oe) || oe.Op != w.op {
-				t.Errorf("%s: %v, want a *net.OpError %q", w.op, r.err, w.op)
-			}
-			if !errors.Is(r.err, syscall.ETIMEDOUT) || !oe.Timeout() {
-				t.Errorf("%s: %v, want ETIMEDOUT, a timeout", w.op, r.err)
-			}
-			t.Logf("%s failed after %v: %v", w.op, r.elapsed.Round(time.Millisecond), r.err)
-		case <-time.After(bound - time.Since(start)):
-			t.Fatalf("%s still blocked %v after the link was cut", w.op, bound)
-		}
-	}
+	expectDeadPeer(t, reader, writer, func() { pair.Cut(t) }, bound)
 }

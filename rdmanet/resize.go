@@ -145,15 +145,25 @@ func (c *Conn) adoptOfferLocked() {
 	c.switchUnsent, c.switchPos = true, c.sProd
 }
 
+// afterEvents does what a batch of events left for outside c.mu, under
+// one acquisition of it: it frees the regions they retired, and adopts
+// an offered ring (adoptOffer).
+func (c *Conn) afterEvents() {
+	c.mu.Lock()
+	rs, pending := c.retired, c.hasOffer
+	c.retired = nil
+	c.mu.Unlock()
+	for _, r := range rs {
+		r.free()
+	}
+	if pending {
+		c.adoptOffer()
+	}
+}
+
 // adoptOffer adopts a pending offer unless a Write is in progress, in
 // which case that Write adopts it when it next reserves room.
 func (c *Conn) adoptOffer() {
-	c.mu.Lock()
-	pending := c.hasOffer
-	c.mu.Unlock()
-	if !pending {
-		return
-	}
 	if !c.writeMu.TryLock() {
 		wake(c.wwake)
 		return
