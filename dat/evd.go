@@ -2,6 +2,7 @@ package dat
 
 import (
 	"context"
+	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -90,7 +91,7 @@ const pollBatch = 16
 const evdInitialRing = 4
 
 func newEVD(ia *IA, qlen int, flags EVDFlags) *EVD {
-	return &EVD{ia: ia, flags: flags, qlen: qlen, ring: make([]Event, min(qlen, evdInitialRing)), wake: make(chan struct{}, 1)}
+	return &EVD{ia: ia, flags: flags, qlen: qlen, ring: getRing(min(qlen, evdInitialRing)), wake: make(chan struct{}, 1)}
 }
 
 // growLocked doubles the queue, up to qlen, keeping the events in order.
@@ -99,12 +100,61 @@ func (e *EVD) growLocked() bool {
 	if len(e.ring) >= e.qlen {
 		return false
 	}
-	r := make([]Event, min(2*len(e.ring), e.qlen))
+	r := getRing(min(2*len(e.ring), e.qlen))
 	for i := 0; i < e.n; i++ {
 		r[i] = e.ring[(e.head+i)%len(e.ring)]
 	}
+	putRing(e.ring)
 	e.ring, e.head = r, 0
 	return true
+}
+
+// Event queues are recycled. A connection's EVD typically grows when its
+// connection ends, since every receive still posted is flushed into it at
+// once (rdmanet keeps 32 posted), and is freed soon after: without reuse
+// each connection allocated ~30 KB of event slots (an Event is ~250
+// bytes) just to report that its receives were flushed, which made dat's
+// event queues most of what a connection's setup and teardown allocate
+// and the garbage collector's main work under connection churn. Queues of
+// a power-of-two length up to maxPooledRing go back to a pool when they
+// grow or their EVD is freed; others are left to the collector.
+const maxPooledRing = 1 << 10
+
+var ringPools [11]sync.Pool // by log2 of the length, up to maxPooledRing
+
+// ringPool returns the pool for queues of length n, or nil.
+func ringPool(n int) *sync.Pool {
+	if n <= 0 || n > maxPooledRing || n&(n-1) != 0 {
+		return nil
+	}
+	return &ringPools[bits.TrailingZeros(uint(n))]
+}
+
+// getRing returns an empty event queue of length n.
+func getRing(n int) []Event {
+	if p := ringPool(n); p != nil {
+		if r, ok := p.Get().(*[]Event); ok {
+			return *r
+		}
+	}
+	return make([]Event, n)
+}
+
+// putRing recycles r, which nothing may use afterwards. Its events are
+// cleared first, so that a pooled queue keeps no EP or private data
+// reachable.
+func putRing(r []Event) {
+	if p := ringPool(len(r)); p != nil {
+		clear(r)
+		p.Put(&r)
+	}
+}
+
+// releaseRingLocked recycles the queue of an EVD that just died: nothing
+// reads or writes the queue of a dead EVD. Callers hold e.mu.
+func (e *EVD) releaseRingLocked() {
+	putRing(e.ring)
+	e.ring, e.head, e.n = nil, 0, 0
 }
 
 // CreateEVD creates an event dispatcher holding at most qlen events
@@ -611,6 +661,7 @@ func (e *EVD) Free() error {
 		return newError(op, InvalidState, StateEVDWaiter, "a caller is waiting on the EVD")
 	}
 	e.dead = true
+	e.releaseRingLocked()
 	e.mu.Unlock()
 	e.freed = true
 	delete(ia.evds, e)
