@@ -29,8 +29,8 @@ type Conn struct {
 	cfg  connConfig
 	ep   *dat.EP
 	evd  *dat.EVD
-	ctrl *region // control receive and send slots
-	mem  connMemory
+	ctrl *region // control receive and send slots (in mem)
+	mem  *connMemory
 	// recv is our receive ring, which the peer RDMA-writes; stage is our
 	// staging buffer, the source of our RDMA Writes; dst is where in the
 	// peer's ring we write. Their memory can change while the stream
@@ -168,23 +168,20 @@ func newConn(s *sharedIA, cfg connConfig, log *slog.Logger, d *Dialer) (c *Conn,
 	if c.ep, err = s.ia.CreateEP(s.pz, c.evd, c.evd, c.evd, &attr); err != nil {
 		return nil, err
 	}
-	pieces, err := c.mem.carve(cfg.bufSize, cfg.bufSize, (cfg.recvs+cfg.sendDepth)*ctrlSlot)
-	if err != nil {
+	if c.mem, err = s.getMemory(cfg.bufSize, (cfg.recvs+cfg.sendDepth)*ctrlSlot); err != nil {
 		return nil, err
 	}
-	rg, err := register(s, pieces[0], recvPriv, &c.mem.ringHome)
+	c.ctrl = c.mem.ctrl
+	rg, err := regionFrom(s, &c.mem.ringHome, cfg.bufSize, recvPriv)
 	if err != nil {
 		return nil, err
 	}
 	c.recv = newSpans(rg)
-	sg, err := register(s, pieces[1], stagePriv, &c.mem.stgHome)
+	sg, err := regionFrom(s, &c.mem.stgHome, cfg.bufSize, stagePriv)
 	if err != nil {
 		return nil, err
 	}
 	c.stage = newSpans(sg)
-	if c.ctrl, err = register(s, pieces[2], dat.MemPrivLocalRead|dat.MemPrivLocalWrite, &c.mem.ctrlHome); err != nil {
-		return nil, err
-	}
 	for i := range cfg.recvs {
 		if err = c.postRecv(i); err != nil {
 			return nil, err
@@ -531,8 +528,7 @@ func (c *Conn) releaseMemory() {
 	for _, r := range c.retired {
 		r.free()
 	}
-	c.ctrl.free()
-	c.mem.unmap() // after every region in it is deregistered
+	c.ia.putMemory(c.mem) // after every region in it is deregistered
 	c.ia.release()
 }
 

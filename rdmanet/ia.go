@@ -28,6 +28,10 @@ type sharedIA struct {
 
 	mu        sync.Mutex
 	templates map[string]*Conn // by remote "addr:port"; guarded by mu
+	// idleMem is connection memory kept for the next connections
+	// (mem.go), idleBytes its size; guarded by mu.
+	idleMem   []*connMemory
+	idleBytes int
 }
 
 var iaTable = struct {
@@ -92,6 +96,7 @@ func (s *sharedIA) release() {
 	}
 	iaTable.mu.Unlock()
 	if last {
+		s.dropIdleMemory()
 		s.pz.Free()
 		if s.ia.Close(dat.CloseGraceful) != nil {
 			// Something of ours is still registered: a bug, but the

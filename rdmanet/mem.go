@@ -98,11 +98,106 @@ func (r *region) free() {
 	r.buf = nil
 }
 
-// connMemory is the one mapping a connection starts with, and the home
-// slots of its receive ring and staging buffer within it.
+// connMemory is the one mapping a connection starts with: its initial
+// receive ring and staging buffer, each in its home slot while no region
+// uses it, and its control slots, registered for as long as the mapping
+// lives (ctrl).
+//
+// When its connection is gone the mapping goes back to its IA, which
+// keeps a few for the next connections (getMemory, putMemory): a new
+// connection then neither maps nor faults in fresh pages, nor registers
+// its control slots, and its predecessor did not unmap them (munmap is
+// the dearer half: it flushes the other threads' TLBs). The receive ring
+// is registered afresh for every connection all the same: it is the one
+// region a peer may write, and a former peer must not find its old key
+// valid on someone else's ring. The staging buffer and the control slots
+// are local-only (no peer ever learns their keys), so keeping the control
+// slots' registration exposes nothing; the staging buffer is registered
+// per connection because its region moves with resizing (resize.go).
+// Reused memory is not cleared: a Read only ever returns bytes the
+// current peer wrote, and the staging buffer and control slots are
+// written before they are sent from.
 type connMemory struct {
 	mapping                     []byte
+	bufSize                     int // the ring's and staging buffer's size
 	ringHome, stgHome, ctrlHome homeSlot
+	ctrl                        *region
+}
+
+// maxIdleMemory bounds the connection memory an IA keeps mapped for
+// reuse: about 18 connections' worth at DefaultBufferSize.
+const maxIdleMemory = 1 << 20
+
+// ctrlPriv is what the control slots are registered for: receives land
+// in them and Sends go from them, both local accesses.
+const ctrlPriv = dat.MemPrivLocalRead | dat.MemPrivLocalWrite
+
+// getMemory returns connection memory with a receive ring and staging
+// buffer of bufSize bytes each and ctrlSize bytes of control slots: one
+// the IA kept, or a new mapping.
+func (s *sharedIA) getMemory(bufSize, ctrlSize int) (*connMemory, error) {
+	s.mu.Lock()
+	for i := len(s.idleMem) - 1; i >= 0; i-- {
+		if m := s.idleMem[i]; m.bufSize == bufSize && len(m.ctrl.buf) == roundPage(ctrlSize) {
+			s.idleMem = append(s.idleMem[:i], s.idleMem[i+1:]...)
+			s.idleMem = s.idleMem[:len(s.idleMem):len(s.idleMem)]
+			s.idleBytes -= len(m.mapping)
+			s.mu.Unlock()
+			return m, nil
+		}
+	}
+	s.mu.Unlock()
+	m := &connMemory{bufSize: bufSize}
+	pieces, err := m.carve(bufSize, bufSize, ctrlSize)
+	if err != nil {
+		return nil, err
+	}
+	if m.ctrl, err = register(s, pieces[2], ctrlPriv, &m.ctrlHome); err != nil {
+		m.unmap()
+		return nil, err
+	}
+	m.ringHome.free.Store(&pieces[0])
+	m.stgHome.free.Store(&pieces[1])
+	return m, nil
+}
+
+// putMemory takes back the memory of a connection that is gone: nothing
+// uses its regions any more (the EP is freed) and every region carved
+// from it has been freed. The IA keeps it if it has room, else it is
+// released.
+func (s *sharedIA) putMemory(m *connMemory) {
+	if m == nil {
+		return
+	}
+	whole := m.ctrl != nil && m.ringHome.free.Load() != nil && m.stgHome.free.Load() != nil
+	s.mu.Lock()
+	if whole && s.idleBytes+len(m.mapping) <= maxIdleMemory {
+		s.idleMem = append(s.idleMem, m)
+		s.idleBytes += len(m.mapping)
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	m.release()
+}
+
+// dropIdleMemory releases the memory the IA kept, before the IA closes.
+func (s *sharedIA) dropIdleMemory() {
+	s.mu.Lock()
+	idle := s.idleMem
+	s.idleMem, s.idleBytes = nil, 0
+	s.mu.Unlock()
+	for _, m := range idle {
+		m.release()
+	}
+}
+
+// release deregisters the control slots and unmaps the memory; every
+// other region in it must be freed.
+func (m *connMemory) release() {
+	m.ctrl.free()
+	m.ctrl = nil
+	m.unmap()
 }
 
 // carve maps sizes[i] bytes (each rounded to pages) in one mapping and
