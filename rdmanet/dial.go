@@ -59,11 +59,10 @@ type Dialer struct {
 	// defaults). With the iwarp provider the probes are TCP keepalives on
 	// its socket, and unacknowledged data is given up after the same time
 	// (TCP_USER_TIMEOUT), so a Write blocked with data in flight fails as
-	// soon. With the verbs provider on InfiniBand or RoCE they are
-	// zero-length RDMA Writes sent after Idle without a completion, and
-	// one not acknowledged within Interval × Count breaks the connection;
-	// on iWARP devices (siw) the kernel's TCP carries the connection and
-	// the provider cannot probe it.
+	// soon. With the verbs provider they are zero-length RDMA operations
+	// sent after Idle without a completion (Writes on InfiniBand or RoCE,
+	// Reads on iWARP devices such as siw), and one not answered within
+	// Interval × Count breaks the connection.
 	KeepAlive time.Duration
 	// KeepAliveConfig sets the probes in detail, as
 	// net.Dialer.KeepAliveConfig: when Enable is true it applies as it
@@ -270,28 +269,25 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 		return nil, opError("dial", local, dst, err)
 	}
 	c.dialKey = key
-	timeout := dat.TimeoutInfinite
-	if dl, ok := ctx.Deadline(); ok {
-		if timeout = dat.TimeoutOf(time.Until(dl)); timeout == 0 {
-			timeout = 1
-		}
-	}
 	hello := c.hello()
 	if testHelloHook != nil {
 		hello = testHelloHook(hello)
 	}
+	// The connection is made in this goroutine (ConnectContext), which
+	// would only wait for it otherwise: its outcome is on the EVD when
+	// the call returns, and awaitSetup applies it without sleeping.
 	err = errNotConnected
 	dup := tmpl != nil
 	if dup {
 		if err = c.ep.SetConnectOptions(d.connectOptions(local, true)); err == nil {
-			err = c.ep.DupConnect(tmpl.ep, timeout, hello, dat.QoSBestEffort)
+			err = c.ep.DupConnectContext(ctx, tmpl.ep, hello, dat.QoSBestEffort)
 		}
 		dup = err == nil
 	}
 	if err != nil {
 		// No template, or it is no longer connected: a plain connect.
 		if err = c.ep.SetConnectOptions(d.connectOptions(local, false)); err == nil {
-			err = c.ep.Connect(ap.Addr(), dat.ConnQual(ap.Port()), timeout, hello, dat.QoSBestEffort, dat.ConnectDefault)
+			err = c.ep.ConnectContext(ctx, ap.Addr(), dat.ConnQual(ap.Port()), hello, dat.QoSBestEffort, dat.ConnectDefault)
 		}
 	}
 	if err != nil {
