@@ -112,3 +112,24 @@ func TestConnectContextReturns(t *testing.T) {
 	require.Equal(t, dat.EPUnconnected, state(t, ep))
 	requireNothingQueued(t, c.evd)
 }
+
+// With the iwarp provider, whose accept only writes the MPA Reply
+// (driver.LocalAccepter), CR.Accept makes the connection in the calling
+// goroutine: the server's ESTABLISHED is queued when it returns.
+func TestAcceptLocallyEstablished(t *testing.T) {
+	iwarpOnly(t, "an accept that does not wait for the peer")
+	c, s := newSide(t, "lo"), newSide(t, "lo")
+	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
+	require.NoError(t, err)
+	defer psp.Free()
+	cep := c.ep(t)
+	require.NoError(t, cep.Connect(loopback, psp.Qual(), dat.TimeoutOf(eventWait), nil, dat.QoSBestEffort, dat.ConnectDefault))
+	ev := waitFor(t, s.evd, dat.ConnectionRequestEvent)
+	sep := s.ep(t)
+	require.NoError(t, ev.CR.CR.Accept(sep, []byte("now")))
+	ev = dequeueNow(t, s.evd, dat.ConnectionEventEstablished)
+	require.Same(t, sep, ev.Conn.EP)
+	require.Equal(t, dat.EPConnected, state(t, sep))
+	est := waitFor(t, c.evd, dat.ConnectionEventEstablished)
+	requirePD(t, c.ia, []byte("now"), est.Conn.PrivateData)
+}

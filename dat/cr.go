@@ -71,36 +71,56 @@ func (cr *CR) Query() (CRParam, error) {
 // PZ. The EP becomes COMPLETION_PENDING; ESTABLISHED (or
 // ACCEPT_COMPLETION_ERROR, leaving it DISCONNECTED) follows on its
 // connection EVD. The CR is consumed.
+//
+// With a provider whose accept does not wait for the peer
+// (driver.LocalAccepter: the iwarp provider, whose side of the connection
+// is up once its MPA Reply is written) the accept is made in the calling
+// goroutine, and the event is on the EVD when Accept returns; otherwise
+// it follows later.
 func (cr *CR) Accept(ep *EP, privateData []byte) error {
+	run, err := cr.accept(ep, privateData)
+	if err != nil {
+		return err
+	}
+	if la, ok := cr.req.(driver.LocalAccepter); ok && la.AcceptsLocally() {
+		run()
+	} else {
+		go run()
+	}
+	return nil
+}
+
+// accept validates an Accept and starts it; run carries it out.
+func (cr *CR) accept(ep *EP, privateData []byte) (run func(), err error) {
 	const op = "dat_cr_accept"
 	if err := cr.lock(op); err != nil {
-		return err
+		return nil, err
 	}
 	ia := cr.ia
 	defer ia.mu.Unlock()
 	target := cr.ep
 	switch {
 	case ep == nil && target == nil:
-		return newError(op, InvalidHandle, HandleEP, "the request carries no EP, so one must be given")
+		return nil, newError(op, InvalidHandle, HandleEP, "the request carries no EP, so one must be given")
 	case ep != nil && target != nil && ep != target:
-		return newError(op, InvalidHandle, HandleEP, "the request already carries an EP")
+		return nil, newError(op, InvalidHandle, HandleEP, "the request already carries an EP")
 	case ep != nil:
 		if ep.freed || ep.ia != ia {
-			return newError(op, InvalidHandle, HandleEP, "EP is freed or of another IA")
+			return nil, newError(op, InvalidHandle, HandleEP, "EP is freed or of another IA")
 		}
 		target = ep
 	}
 	if max := ia.attr.MaxPrivateData; len(privateData) > max {
-		return newError(op, InvalidParameter, Arg(4), "%d bytes of private data exceed the provider's %d", len(privateData), max)
+		return nil, newError(op, InvalidParameter, Arg(4), "%d bytes of private data exceed the provider's %d", len(privateData), max)
 	}
 	switch {
 	case cr.ep == nil && target.state != EPUnconnected:
-		return target.stateError(op)
+		return nil, target.stateError(op)
 	case cr.ep != nil && target.state != EPPassiveConnectionPending && target.state != EPTentativeConnectionPending:
-		return target.stateError(op)
+		return nil, target.stateError(op)
 	}
 	if target.qp == nil {
-		return newError(op, InvalidState, StateEPNotReady, "EP has no protection zone")
+		return nil, newError(op, InvalidState, StateEPNotReady, "EP has no protection zone")
 	}
 	cr.freed = true
 	delete(ia.crs, cr)
@@ -113,13 +133,12 @@ func (cr *CR) Accept(ep *EP, privateData []byte) error {
 	qp, req := target.qp, cr.req
 	pd := append([]byte(nil), privateData...)
 	ia.bg.Add(1)
-	go func() {
+	return func() {
 		defer ia.bg.Done()
 		defer cancel()
 		res, err := req.Accept(ctx, qp, pd)
 		target.acceptDone(a, qp, res, err)
-	}()
-	return nil
+	}, nil
 }
 
 // acceptDone finishes the passive side: CONNECTED with ESTABLISHED, or

@@ -343,14 +343,30 @@ func (l *Listener) handle(cr *dat.CR) {
 		go c.abandon()
 		return
 	}
-	go l.watch(c)
+	// With a provider whose accept does not wait for the peer (iwarp),
+	// the outcome is on the EVD already: apply it here. Otherwise a
+	// goroutine of its own waits for it, so that a peer that does not
+	// answer holds no answering slot.
+	c.pollQueued()
+	select {
+	case err := <-c.setup:
+		if err != nil {
+			go l.settled(c, err) // the teardown may wait for the provider
+		}
+	default:
+		go l.watch(c)
+	}
 }
 
-// watch drives a pending connection until its handshake ends, and drops
-// it if it fails. (Success is handled by deliver, called while the
-// ESTABLISHED event is applied.)
+// watch drives a pending connection until its handshake ends.
 func (l *Listener) watch(c *Conn) {
-	err := c.awaitSetup(l.ctx, func() error { return net.ErrClosed })
+	l.settled(c, c.awaitSetup(l.ctx, func() error { return net.ErrClosed }))
+}
+
+// settled takes the outcome of a pending connection's handshake: it drops
+// the connection if the handshake failed. (Success is handled by deliver,
+// called while the ESTABLISHED event is applied.)
+func (l *Listener) settled(c *Conn, err error) {
 	if err == nil || errors.Is(err, net.ErrClosed) {
 		return // delivered, or Close takes care of pending connections
 	}

@@ -87,6 +87,20 @@ func (c *Conn) poll(kicks uint64) bool {
 	return true
 }
 
+// pollQueued applies the events already queued on c's EVD, without
+// waiting for more, unless another goroutine polls c.
+func (c *Conn) pollQueued() {
+	if !c.pollMu.TryLock() {
+		return
+	}
+	if c.drainEvents() > 0 {
+		c.afterEvents()
+		c.flushControl()
+	}
+	c.pollMu.Unlock()
+	c.wakeAll()
+}
+
 // drainEvents applies every event queued on the EVD and returns how many
 // there were. Callers hold pollMu.
 func (c *Conn) drainEvents() int {

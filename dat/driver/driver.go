@@ -14,9 +14,9 @@
 // (4), QP (6), Listener (3) and Request (4). What only some providers can
 // do is an optional interface, found by type assertion as database/sql
 // finds driver.Pinger: ConfigOpener on a Driver (a logger for the IA),
-// SRQCreator on an IA, WindowAllocator on a PD, and WindowBinder and
+// SRQCreator on an IA, WindowAllocator on a PD, WindowBinder and
 // OptionsConnector (a local address and port, a socket hook, keepalive)
-// on a QP. Options of a listener are fields of ListenConfig, which a
+// on a QP, and LocalAccepter on a Request. Options of a listener are fields of ListenConfig, which a
 // provider may ignore where they do not apply.
 //
 // # Completions are pulled
@@ -203,6 +203,21 @@ type Request interface {
 	// Abort refuses the request as a non-peer reject (for example because
 	// the service point was freed) and releases it.
 	Abort() error
+}
+
+// LocalAccepter is implemented by a Request whose Accept does not wait
+// for the peer: it writes its answer and the connection is up (an iWARP
+// responder is established once its MPA Reply is written, RFC 5044
+// §7.1.2), so Accept takes no longer than a write to a socket whose peer
+// has just written. Package dat then runs Accept in the goroutine of
+// dat_cr_accept rather than in one of its own, which saves the hand-off
+// between the two. A provider whose accept waits for the peer (rdma_cm
+// waits for its RTU) does not implement it, so that a peer that never
+// answers holds no consumer goroutine.
+type LocalAccepter interface {
+	// AcceptsLocally reports whether Accept returns without waiting for
+	// the peer.
+	AcceptsLocally() bool
 }
 
 // SRQCreator is implemented by an IA with shared receive queues.

@@ -23,7 +23,10 @@ type Request struct {
 	settled bool
 }
 
-var _ driver.Request = (*Request)(nil)
+var (
+	_ driver.Request       = (*Request)(nil)
+	_ driver.LocalAccepter = (*Request)(nil)
+)
 
 // Info describes the request: the TCP endpoints, the initiator's consumer
 // private data (MPA v2 block removed) and its advertised IRD and ORD from
@@ -101,6 +104,11 @@ func (r *Request) Accept(ctx context.Context, qp driver.QP, privateData []byte) 
 	}
 	return driver.ConnectResult{Local: c.info.Local, Remote: c.info.Remote}, nil
 }
+
+// AcceptsLocally reports true: Accept only writes the MPA Reply, after
+// which the responder's side is up; it never waits for the initiator
+// (driver.LocalAccepter).
+func (r *Request) AcceptsLocally() bool { return true }
 
 // send writes a Reply under ctx, bounded by rep_timeout (the initiator
 // gives up after that long anyway).
