@@ -23,8 +23,9 @@ import (
 // Listener accepts MPA connection requests on one TCP port. It implements
 // driver.Listener.
 //
-// Every accepted TCP connection goes through admission: a short-lived
-// goroutine reads its first bytes and decides. A valid MPA Request becomes
+// Every accepted TCP connection goes through admission: the accept loop
+// (for a Request that has arrived whole) or a short-lived goroutine reads
+// its first bytes and decides. A valid MPA Request becomes
 // a *Request for Accept; anything else is reset, or with
 // ListenConfig.Fallback handed to Fallback. At most max_handshakes
 // connections are in admission at once, each for at most req_timeout;
@@ -308,13 +309,13 @@ func (l *Listener) acceptLoop() {
 		a := &admission{tc: tc}
 		switch classifyFirstBytes(peekBuf[:peekNow(tc, peekBuf[:])]) {
 		case firstBytesRequest:
-			// Its admission goroutine will not wait for the peer, so it
-			// takes no slot in the table and cannot be evicted: a flood
-			// of silent connections cannot push out a Request that has
-			// arrived.
+			// Reading what has arrived cannot wait for the peer, so the
+			// loop admits it itself: no goroutine to start and hand it
+			// to, and no slot in the table, so a flood of silent
+			// connections cannot push out a Request that has arrived.
 			l.wg.Add(1)
 			l.mu.Unlock()
-			go l.handshake(a)
+			l.handshake(a)
 			continue
 		case firstBytesNotMPA:
 			if l.fallback == nil {
