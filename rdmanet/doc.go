@@ -57,6 +57,34 @@
 // that disappears without a FIN gives a reset error (syscall.ECONNRESET)
 // after the data already received.
 //
+// # Connection setup
+//
+// A dial makes its connection in its own goroutine (dat's
+// EP.ConnectContext): the TCP connect, the MPA Request and Reply with the
+// Hellos they carry, then the first control message, with no hand-off to
+// another goroutine on the way. A listener answers a request in one
+// goroutine, from the client's Hello to the connection queued for Accept,
+// when the provider's accept does not wait for the peer (iwarp; with
+// verbs a goroutine of its own waits for rdma_cm's RTU, so that a silent
+// client holds no answering slot). A connection's memory (its initial
+// ring, staging buffer and control slots, one mapping) comes from its IA,
+// which keeps up to 1 MiB of closed connections' memory for the next
+// ones: they neither map nor fault in pages, and the control slots stay
+// registered. The ring is registered afresh each time, so that a former
+// peer's key never reaches another connection's ring.
+//
+// Measured on loopback on two shared cores (BenchmarkDial, a dial and one
+// byte echoed, medians of 5): 272 µs where TCP takes 102 µs (2.7×; it was
+// 410 µs, 4.5×, before the above). A dial through dup-connect (Conn.Dup,
+// or a Dialer reusing a live connection to the same address) costs as
+// much as a fresh one on iwarp: what it skips, resolving the address, is
+// nothing for an address literal, and every iWARP connection needs its
+// own TCP connection and MPA exchange. The rest is the TCP connect
+// (~50 µs), the MPA round trip through the server's accept loop, dat's
+// PSP and the listener (each a goroutine hand-off), and the first byte,
+// which the iwarp provider hands from its receive goroutine to the
+// reader on each side.
+//
 // # TCP fallback
 //
 // As with SMC-R, RDMA is an upgrade a connection can do without. A Dialer
