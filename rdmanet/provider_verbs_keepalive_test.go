@@ -10,18 +10,33 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmanet/rdmanet/internal/rxepair"
+	"github.com/rdmanet/rdmanet/internal/rdmapair"
 )
 
 // TestKeepAliveDeadPeerVerbs is TestKeepAliveDeadPeer on the verbs
-// provider: two rxe devices whose traffic crosses a veth (rxepair), the
-// link cut under an idle Read and a Write with data in flight. Both fail
-// with ETIMEDOUT once the provider's keepalive probe goes unacknowledged.
+// provider: two devices whose traffic crosses a veth (rdmapair), the link
+// cut under an idle Read and a Write with data in flight. Both fail with
+// ETIMEDOUT once the provider's keepalive probe goes unanswered. The
+// suite's rxe0 run builds an rxe pair (the probe is an RDMA Write), its
+// siw0 run a siw pair (an RDMA Read); outside the suite, both.
 func TestKeepAliveDeadPeerVerbs(t *testing.T) {
-	if addr := os.Getenv("RDMANET_TEST_ADDR"); addr != "" && addr != os.Getenv("RDMA_RXE_ADDR") {
-		t.Skip("runs in the rxe0 run of the suite only: it builds rxe devices of its own")
+	kinds := []rdmapair.Kind{rdmapair.RXE, rdmapair.SIW}
+	switch os.Getenv("RDMANET_TEST_ADDR") {
+	case "":
+	case os.Getenv("RDMA_RXE_ADDR"):
+		kinds = kinds[:1]
+	case os.Getenv("RDMA_SIW_ADDR"):
+		kinds = kinds[1:]
+	default:
+		t.Skip("runs in the suite's rxe0 and siw0 runs: it builds devices of its own")
 	}
-	pair := rxepair.New(t)
+	for _, kind := range kinds {
+		t.Run(string(kind), func(t *testing.T) { keepAliveDeadPeerVerbs(t, kind) })
+	}
+}
+
+func keepAliveDeadPeerVerbs(t *testing.T, kind rdmapair.Kind) {
+	pair := rdmapair.New(t, kind)
 	ka := net.KeepAliveConfig{Enable: true, Idle: time.Second, Interval: time.Second, Count: 2}
 	const bound = 3 * 3 * time.Second // 3 × (Idle + Interval × Count)
 

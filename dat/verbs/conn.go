@@ -27,15 +27,14 @@ var drainTimeout = 2 * time.Second
 // depth on a device with memory windows: one window bind (binds are
 // serialised, bindMu). Elsewhere nothing but the consumer's requests is
 // posted. The room is not free: siw rounds a queue up to a power of two,
-// and 64 requests plus one would double the send queue's pages. On a
-// device that is not iWARP, one keepalive probe takes room too (at most
-// one is outstanding, keepalive.go).
+// and 64 requests plus one would double the send queue's pages. One
+// keepalive probe takes room too (at most one is outstanding,
+// keepalive.go): without it, a send queue full of requests that never
+// complete would keep the keeper from probing, and so from ever
+// declaring the peer gone.
 func (ia *IA) extraSendWR() int {
-	n := 0
+	n := 1
 	if ia.lim.windows {
-		n++
-	}
-	if ia.attr.Transport != driver.TransportIWARP {
 		n++
 	}
 	return n

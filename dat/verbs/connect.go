@@ -146,8 +146,7 @@ func (q *QP) Connect(ctx context.Context, remote net.Addr, privateData []byte) (
 // (the TCP port on iWARP); an IP, if given, must be the IA's. Control is
 // ignored: the kernel's rdma_cm owns the connection and there is no socket
 // to give it. KeepAlive and KeepAliveConfig start an RDMA-level keepalive
-// on the established connection (see keepalive.go), except on iWARP
-// devices.
+// on the established connection (see keepalive.go).
 func (q *QP) ConnectWith(ctx context.Context, remote net.Addr, privateData []byte, opts driver.ConnectOptions) (driver.ConnectResult, error) {
 	raddr, err := provkit.RemoteTCPAddr(remote)
 	if err != nil {
@@ -238,6 +237,7 @@ func (q *QP) connect(ctx context.Context, a *attempt, cfg driver.QPConfig, raddr
 	if ev.typ != cmEstablished {
 		return driver.ConnectResult{}, q.failure(&ev)
 	}
+	c.ord = ev.responderResources
 	return driver.ConnectResult{PrivateData: q.ia.receivedPD(ev.pdata)}, nil
 }
 
@@ -251,7 +251,8 @@ func (q *QP) rdmaConnect(ctx context.Context, a *attempt, c *conn, cfg driver.QP
 	c.busy = make(chan struct{})
 	go func() {
 		defer close(c.busy)
-		res <- errnoOf(C.shim_connect(c.id, cBytes(pdata), C.int(len(pdata)), C.int(cfg.IRD), C.int(cfg.ORD)))
+		ird, ord := q.readDepths(cfg, a.keepAlive)
+		res <- errnoOf(C.shim_connect(c.id, cBytes(pdata), C.int(len(pdata)), C.int(ird), C.int(ord)))
 	}()
 	select {
 	case err := <-res:

@@ -34,17 +34,22 @@
 //
 // KeepAlive and KeepAliveConfig (of ConnectOptions for a connect, of the
 // ListenConfig for the connections a listener accepts) start a keeper on
-// an established connection over InfiniBand or RoCE, on by default with
-// package net's 15 s (keepalive.go): after Idle without any completion on
-// the QP it posts a zero-length RDMA Write, which the peer's device must
-// acknowledge and which no consumer sees; a probe that fails (retry
-// exceeded) or that stays unacknowledged, with no other completion, for
-// Interval × Count breaks the connection with an error wrapping
-// syscall.ETIMEDOUT. The bound is needed on rxe, which takes the retry
-// count of 7 given to rdma_connect as "retry forever". The probe takes a
-// send queue slot of its own (extraSendWR). iWARP devices (siw) get no
-// keeper: their Writes complete once the kernel's TCP has them, so a
-// probe would prove nothing.
+// an established connection, on by default with package net's 15 s
+// (keepalive.go): after Idle without any completion on the QP it posts a
+// zero-length probe which the peer's device must answer and which no
+// consumer sees; a probe that fails (retry exceeded) or that stays
+// unanswered, with no other completion, for Interval × Count breaks the
+// connection with an error wrapping syscall.ETIMEDOUT. The bound is what
+// detects a dead peer: rxe takes the retry count of 7 given to
+// rdma_connect as "retry forever", and iWARP's TCP retransmits for about
+// 15 minutes. Over InfiniBand and RoCE the probe is an RDMA Write, which
+// completes once acknowledged. On iWARP (siw) a Write completes as soon
+// as the kernel's TCP has it, so the probe is an RDMA Read instead, which
+// completes only when its response arrives: an iWARP connection with
+// keepalive asks for ORD and IRD of at least 1 whatever the consumer
+// configured, and gets no keeper if the peer grants no Read (ORD 0 once
+// negotiated). The probe takes a send queue slot of its own
+// (extraSendWR).
 //
 // # Completions and event loops
 //

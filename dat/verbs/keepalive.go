@@ -19,36 +19,51 @@ import (
 )
 
 // Keepalive on an RC connection: a keeper watches the connection's
-// completions and, once none has come for Idle, posts a probe, a
-// zero-length RDMA Write. The peer's device must acknowledge it, and it
-// touches no memory and raises no completion there (a zero-length RDMA
-// operation needs no valid remote key, IB C9-88), so no consumer on either
-// side sees it. Its successful completion is a sign of life like any
-// other; a probe the device cannot deliver fails with retry exceeded,
-// which breaks the connection like any failed request (with ETIMEDOUT,
-// see wcFailure). The transport retries the probe itself, so TCP's
-// repeated probes have no counterpart here: Interval × Count is instead
-// how long a probe may stay unacknowledged, with no other completion
-// meanwhile, before the keeper declares the peer gone itself. That bound
-// matters: rxe takes a retry count of 7 (what rdma_connect is given
-// here) as "retry forever", so there a dead peer never fails a request.
+// completions and, once none has come for Idle, posts a probe: a
+// zero-length operation whose completion proves that the peer's device
+// answered. It touches no memory and raises no completion on the peer (a
+// zero-length RDMA operation needs no valid remote key: IB C9-88, and RFC
+// 5040's zero-length Read), so no consumer on either side sees it. Its
+// successful completion is a sign of life like any other; a probe the
+// device cannot deliver fails with retry exceeded, which breaks the
+// connection like any failed request (with ETIMEDOUT, see wcFailure). The
+// transport retries the probe itself, so TCP's repeated probes have no
+// counterpart here: Interval × Count is instead how long a probe may stay
+// unanswered, with no other completion meanwhile, before the keeper
+// declares the peer gone itself. That bound is what detects a dead peer
+// in practice: rxe takes a retry count of 7 (what rdma_connect is given
+// here) as "retry forever", and an iWARP device's TCP retransmits for
+// about 15 minutes (tcp_retries2) before it gives up.
+//
+// Which probe depends on the transport:
+//   - InfiniBand and RoCE: an RDMA Write. It completes only once the
+//     peer's device acknowledged it.
+//   - iWARP: an RDMA Read. A Write completes there as soon as the local
+//     TCP has taken it, which proves nothing; a Read completes only when
+//     the peer's Read Response arrives. So an iWARP connection with
+//     keepalive asks for an ORD of at least 1, and offers an IRD of at
+//     least 1 so that a peer doing the same can probe it (readDepths). A
+//     peer that grants no inbound Read (IRD 0, where siw's relaxed
+//     negotiation or ours did not raise it) leaves the ORD at 0, and the
+//     connection goes without keepalive (logged at debug level). It must:
+//     siw refuses a Read on a QP with ORD 0 only once the request is in
+//     its send queue, where it then blocks every later request. Package dat still holds
+//     the consumer to the ORD it configured; only the probe uses the
+//     extra depth. The cost of the raised IRD: the peer may read, once at
+//     a time, regions that the consumer registered for remote read.
 //
 // Completions reach the counters the keeper reads (QP.sendDone and
 // recvDone) only when someone polls the CQ, so each tick polls the QP's
 // CQs into their stashes first (as drain does; package dat's waiter gets
 // them from there).
-//
-// On iWARP devices the connection is the kernel's TCP connection, and a
-// Write completes once TCP has taken it, not when the peer acknowledges
-// it: a probe would prove nothing, and the provider does not keep iWARP
-// connections alive (the kernel's TCP gives up on unacknowledged data
-// after tcp_retries2, about 15 minutes).
 type keeper struct {
 	q *QP
 	c *conn
 	// idle is the silence before a probe; limit how long a probe may go
 	// unacknowledged with no other completion (Interval × Count).
 	idle, limit time.Duration
+	// read: probe with an RDMA Read (iWARP) instead of a Write.
+	read bool
 
 	// done counts probes completed (any status), from mapWC.
 	done atomic.Uint64
@@ -87,15 +102,31 @@ func keepaliveOf(ka net.KeepAliveConfig) (idle, limit time.Duration, on bool) {
 	return idle, interval * time.Duration(count), true
 }
 
+// readDepths is the IRD and ORD that a connection configured with cfg
+// asks for: on iWARP, keepalive's Read probe needs an ORD of at least 1,
+// and a peer's probe an IRD of at least 1 (see keeper).
+func (q *QP) readDepths(cfg driver.QPConfig, ka net.KeepAliveConfig) (ird, ord int) {
+	ird, ord = cfg.IRD, cfg.ORD
+	if _, _, on := keepaliveOf(ka); on && q.ia.attr.Transport == driver.TransportIWARP {
+		ird, ord = max(ird, min(1, q.ia.attr.MaxIRD)), max(ord, min(1, q.ia.attr.MaxORD))
+	}
+	return ird, ord
+}
+
 // startKeepalive starts the keeper of q's new connection c, if ka asks for
-// keepalive and the device is not iWARP. Called once c is established.
+// keepalive. Called once c is established.
 func (q *QP) startKeepalive(c *conn, ka net.KeepAliveConfig) {
 	idle, limit, on := keepaliveOf(ka)
-	if !on || q.ia.attr.Transport == driver.TransportIWARP {
+	if !on {
+		return
+	}
+	read := q.ia.attr.Transport == driver.TransportIWARP
+	if read && c.ord < 1 {
+		q.ia.debug("keepalive: off: the peer grants no RDMA Read for a probe", slog.Uint64("qp", uint64(c.qpNum)))
 		return
 	}
 	now := time.Now()
-	k := &keeper{q: q, c: c, idle: idle, limit: limit, last: now, quiet: now, alive: now}
+	k := &keeper{q: q, c: c, idle: idle, limit: limit, read: read, last: now, quiet: now, alive: now}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.state != qpConnected || q.conn != c {
@@ -180,17 +211,24 @@ func (k *keeper) tick() {
 	q.mu.Unlock()
 }
 
-// probeLocked posts a probe: a signalled zero-length RDMA Write in the
-// send queue slot kept for it (extraSendWR). Callers hold q.mu.
+// probeLocked posts a probe, a signalled zero-length RDMA Write or Read,
+// in the send queue slot kept for it (extraSendWR). Callers hold q.mu.
 func (k *keeper) probeLocked() error {
 	q := k.q
 	qp := k.c.qp
 	if qp == nil {
 		return fmt.Errorf("no verbs QP")
 	}
+	op, nsge := C.IBV_WR_RDMA_WRITE, 0
+	if k.read {
+		// siw takes a Read's size from its first SGE: give it one, of
+		// length 0 (never checked against a region at that length).
+		op, nsge = C.IBV_WR_RDMA_READ, 1
+		q.sges[0] = C.struct_ibv_sge{}
+	}
 	q.sendPosted.Add(1)
-	rc := C.shim_post_send(qp, C.uint64_t(wrHandleOf(wrProbe, k.posted)), C.IBV_WR_RDMA_WRITE, C.IBV_SEND_SIGNALED,
-		&q.sges[0], 0, 0, 0)
+	rc := C.shim_post_send(qp, C.uint64_t(wrHandleOf(wrProbe, k.posted)), C.int(op), C.IBV_SEND_SIGNALED,
+		&q.sges[0], C.int(nsge), 0, 0)
 	if rc != 0 {
 		q.sendPosted.Add(^uint64(0))
 		return postError("ibv_post_send", errnoOf(rc))

@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
-	"github.com/rdmanet/rdmanet/internal/rxepair"
+	"github.com/rdmanet/rdmanet/internal/rdmapair"
 )
 
-// TestKeepAliveKeeper: which connections get a keeper. Keepalive is on by
-// default, as with TCP; a negative KeepAlive turns it off; iWARP devices
-// never get one (a Write completes there before the peer acknowledges it).
+// TestKeepAliveKeeper: which connections get a keeper, and what it
+// probes with. Keepalive is on by default, as with TCP, and a negative
+// KeepAlive turns it off. An iWARP keeper probes with an RDMA Read, which
+// needs ORD 1 even where the consumer asked for 0.
 func TestKeepAliveKeeper(t *testing.T) {
 	forEachDevice(t, func(t *testing.T, d testDev) {
 		for _, tc := range []struct {
@@ -23,11 +24,12 @@ func TestKeepAliveKeeper(t *testing.T) {
 			opts driver.ConnectOptions
 			want bool
 		}{
-			{"default", driver.ConnectOptions{}, d.transport != driver.TransportIWARP},
+			{"default", driver.ConnectOptions{}, true},
 			{"off", driver.ConnectOptions{KeepAlive: -1}, false},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				c, s := newEnd(t, d), newEnd(t, d)
+				noReads(t, c, s)
 				l := listenOn(t, s.ia, driver.ListenConfig{KeepAlive: tc.opts.KeepAlive})
 				done := serve(t, l, s, nil)
 				if _, err := c.qp.ConnectWith(testCtx(t), l.Addr(), nil, tc.opts); err != nil {
@@ -41,8 +43,14 @@ func TestKeepAliveKeeper(t *testing.T) {
 					if (k != nil) != tc.want {
 						t.Errorf("keeper %v, want one: %v", k != nil, tc.want)
 					}
-					if k != nil && (k.idle != driver.DefaultKeepAliveIdle || k.limit != driver.DefaultKeepAliveInterval*driver.DefaultKeepAliveCount) {
+					if k == nil {
+						continue
+					}
+					if k.idle != driver.DefaultKeepAliveIdle || k.limit != driver.DefaultKeepAliveInterval*driver.DefaultKeepAliveCount {
 						t.Errorf("keeper idle %v, limit %v: want package net's defaults", k.idle, k.limit)
+					}
+					if k.read != (d.transport == driver.TransportIWARP) {
+						t.Errorf("keeper probes with a Read: %v, want it on iWARP only", k.read)
 					}
 				}
 			})
@@ -50,17 +58,40 @@ func TestKeepAliveKeeper(t *testing.T) {
 	})
 }
 
-// TestKeepAliveDeadPeer: on two rxe devices whose traffic crosses a veth
-// (rxepair), an idle connection with a short keepalive is probed without
+// noReads gives ends QPs configured as rdmanet's are: no RDMA Read either
+// way (IRD and ORD 0).
+func noReads(t *testing.T, ends ...*end) {
+	t.Helper()
+	for _, e := range ends {
+		cfg := defaultQPConfig(e.dpd)
+		cfg.IRD, cfg.ORD = 0, 0
+		e.renew(t, cfg)
+	}
+}
+
+// TestKeepAliveDeadPeer: on two devices whose traffic crosses a veth
+// (rdmapair), an idle connection with a short keepalive is probed without
 // harm while the peer is there, and once the link is cut both ends report
 // the connection broken with ETIMEDOUT within a few times Idle +
-// Interval × Count.
+// Interval × Count. On rxe the probe is an RDMA Write; on siw an RDMA
+// Read, here on QPs configured with ORD 0, as rdmanet's are.
 func TestKeepAliveDeadPeer(t *testing.T) {
-	pair := rxepair.New(t)
+	for _, kind := range []rdmapair.Kind{rdmapair.RXE, rdmapair.SIW} {
+		t.Run(string(kind), func(t *testing.T) { keepAliveDeadPeer(t, kind) })
+	}
+}
+
+func keepAliveDeadPeer(t *testing.T, kind rdmapair.Kind) {
+	pair := rdmapair.New(t, kind)
+	transport := driver.TransportRoCE
+	if kind == rdmapair.SIW {
+		transport = driver.TransportIWARP
+	}
 	ka := net.KeepAliveConfig{Enable: true, Idle: time.Second, Interval: time.Second, Count: 2}
 	const bound = 3 * 3 * time.Second // 3 × (Idle + Interval × Count)
-	c := newEnd(t, testDev{name: "rxe-pair-client", addr: pair.ClientIP, transport: driver.TransportRoCE})
-	s := newEnd(t, testDev{name: "rxe-pair-server", addr: pair.ServerIP, transport: driver.TransportRoCE})
+	c := newEnd(t, testDev{name: string(kind) + "-pair-client", addr: pair.ClientIP, transport: transport})
+	s := newEnd(t, testDev{name: string(kind) + "-pair-server", addr: pair.ServerIP, transport: transport})
+	noReads(t, c, s)
 	l := listenOn(t, s.ia, driver.ListenConfig{KeepAliveConfig: ka})
 	done := serve(t, l, s, nil)
 	if _, err := c.qp.ConnectWith(testCtx(t), l.Addr(), nil, driver.ConnectOptions{KeepAliveConfig: ka}); err != nil {
@@ -86,14 +117,7 @@ func TestKeepAliveDeadPeer(t *testing.T) {
 			t.Errorf("%d probes posted, %d completed: want some of each", posted, k.done.Load())
 		}
 	}
-	s.postRecv(t, 1, 0, 64)
-	c.postSend(t, driver.SendWR{ID: 2, Op: driver.OpSend, Flags: driver.SendSignaled, Local: []driver.SGE{c.sge(0, 64)}})
-	if got := s.h.next(t); got.Status != driver.StatusSuccess || got.WRID != 1 {
-		t.Fatalf("receive after the probes: %+v", got)
-	}
-	if got := c.h.next(t); got.Status != driver.StatusSuccess || got.WRID != 2 {
-		t.Fatalf("send after the probes: %+v", got)
-	}
+	exchange(t, c, s)
 
 	pair.Cut(t)
 	start := time.Now()
@@ -107,5 +131,50 @@ func TestKeepAliveDeadPeer(t *testing.T) {
 		if took > bound {
 			t.Errorf("%s: broken only after %v, want within %v", e.ia.ip, took, bound)
 		}
+	}
+}
+
+// TestKeepAliveNoReadGranted: on siw, a connection whose peer grants no
+// RDMA Read (a peer with keepalive off and IRD 0) cannot be probed: it
+// gets no keeper, and traffic goes on. Probing it anyway would wedge it
+// (see keeper); the test idles past Idle to show that nothing was posted.
+func TestKeepAliveNoReadGranted(t *testing.T) {
+	forEachDevice(t, func(t *testing.T, d testDev) {
+		if d.transport != driver.TransportIWARP {
+			t.Skip("the Read probe is iWARP's")
+		}
+		c, s := newEnd(t, d), newEnd(t, d)
+		noReads(t, c, s)
+		ka := net.KeepAliveConfig{Enable: true, Idle: 100 * time.Millisecond, Interval: time.Second, Count: 2}
+		l := listenOn(t, s.ia, driver.ListenConfig{KeepAliveConfig: ka})
+		done := serve(t, l, s, nil)
+		if _, err := c.qp.ConnectWith(testCtx(t), l.Addr(), nil, driver.ConnectOptions{KeepAlive: -1}); err != nil {
+			t.Fatalf("connect: %v", err)
+		}
+		if a := <-done; a.err != nil {
+			t.Fatalf("accept: %v", a.err)
+		}
+		if s.qp.conn.ord != 0 {
+			t.Errorf("server ORD %d, want 0 against a client with IRD 0", s.qp.conn.ord)
+		}
+		if k := s.qp.keep.Load(); k != nil {
+			t.Errorf("the server end has a keeper (ORD %d)", s.qp.conn.ord)
+		}
+		time.Sleep(5 * ka.Idle)
+		exchange(t, s, c)
+	})
+}
+
+// exchange sends 64 bytes from one end to the other and checks that both
+// requests complete: the connection still works.
+func exchange(t *testing.T, from, to *end) {
+	t.Helper()
+	to.postRecv(t, 1, 0, 64)
+	from.postSend(t, driver.SendWR{ID: 2, Op: driver.OpSend, Flags: driver.SendSignaled, Local: []driver.SGE{from.sge(0, 64)}})
+	if got := to.h.next(t); got.Status != driver.StatusSuccess || got.WRID != 1 {
+		t.Fatalf("receive: %+v", got)
+	}
+	if got := from.h.next(t); got.Status != driver.StatusSuccess || got.WRID != 2 {
+		t.Fatalf("send: %+v", got)
 	}
 }

@@ -146,6 +146,10 @@ type conn struct {
 	hurry     chan struct{} // closed to cut a graceful Disconnect short
 	hurryOnce sync.Once
 	busy      chan struct{} // closed when an rdma_connect in flight returns (nil: none)
+	// ord is the connection's negotiated ORD on iWARP, from its
+	// ESTABLISHED event (whose responder_resources the iWARP CM fills
+	// with the local ORD); keepalive's Read probe needs it to be ≥ 1.
+	ord int
 
 	quiesceOnce sync.Once
 	quiesced    chan struct{}

@@ -131,7 +131,8 @@ func (q *QP) accept(ctx context.Context, a *attempt, cfg driver.QPConfig, r *Req
 	if err := q.createVerbsQP(c, cfg); err != nil {
 		return err
 	}
-	ird, ord := min(cfg.IRD, r.respRes), min(cfg.ORD, r.initDepth)
+	ird, ord := q.readDepths(cfg, a.keepAlive)
+	ird, ord = min(ird, r.respRes), min(ord, r.initDepth)
 	if rc := C.shim_accept(c.id, cBytes(pdata), C.int(len(pdata)), C.int(ird), C.int(ord)); rc != 0 {
 		return fmt.Errorf("rdma_accept: %w", errnoOf(rc))
 	}
@@ -142,6 +143,7 @@ func (q *QP) accept(ctx context.Context, a *attempt, cfg driver.QPConfig, r *Req
 	if ev.typ != cmEstablished {
 		return ev.err()
 	}
+	c.ord = ev.responderResources
 	return nil
 }
 

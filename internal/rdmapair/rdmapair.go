@@ -1,17 +1,19 @@
-// Package rxepair builds, for a test in the RDMA test VM (test/vm), two
-// soft-RoCE devices whose traffic really crosses a link, so that the test
-// can cut the link and make one end vanish.
+// Package rdmapair builds, for a test in the RDMA test VM (test/vm), two
+// soft RDMA devices (rxe or siw) whose traffic really crosses a link, so
+// that the test can cut the link and make one end vanish.
 //
-// The VM's own rxe0 reaches its own address only, and rxe short-circuits
-// that traffic inside the device (no packet ever leaves it), while the
-// guest kernel's rxe handles only its initial network namespace, so a peer
-// in a namespace of its own is out of reach. Two rxe devices on the two
-// ends of a veth pair, each with an address of its own, talk over the
-// veth once policy routing keeps the kernel from delivering traffic
-// between two local addresses through lo: a rule per direction sends
-// what one end's device sends to the other's address out of its own end
-// (matched by the output device rdma_cm and rxe look routes up with), and
-// the local table moves behind those rules. Each end accepts packets
+// The VM's own rxe0 and siw0 reach their own addresses only: rxe
+// short-circuits that traffic inside the device, and siw's TCP goes
+// through lo. The guest kernel's rxe and siw serve only its initial
+// network namespace, so a peer in a namespace of its own is out of reach.
+// Two devices on the two ends of a veth pair, each with an address of its
+// own, talk over the veth once policy routing keeps the kernel from
+// delivering traffic between two local addresses through lo. Rules per
+// direction send what one end sends to the other's address out of its own
+// end: one matches the output device that rdma_cm and rxe look routes up
+// with, the other (iif lo) any locally made packet, such as those of
+// siw's kernel TCP socket, which is bound to no device. The local table
+// moves behind those rules. Each end accepts packets
 // from the other's (local) address (accept_local, no reverse-path
 // filter). Cut then drops, with blackhole rules on both ends' input,
 // everything that crosses: the devices, their ports and their routes stay
@@ -22,7 +24,7 @@
 // table's place, sysctls, addresses. The veth pair and the rxe devices
 // stay, down, since they cannot be removed while the test process lives
 // (see New).
-package rxepair
+package rdmapair
 
 import (
 	"bytes"
@@ -30,8 +32,23 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
+
+// Kind is the soft device type ("rxe" or "siw"), as rdma(8)'s link add
+// names it.
+type Kind string
+
+// The kinds of pairs.
+const (
+	RXE Kind = "rxe"
+	SIW Kind = "siw"
+)
+
+// made counts the pairs this process built: devices outlive their test
+// (see New), so each pair needs names and addresses of its own.
+var made atomic.Int32
 
 // Pair is the two devices. ClientIP is the address of the one on the A
 // end, ServerIP of the one on the B end; either can be an IA's address.
@@ -41,10 +58,11 @@ type Pair struct {
 	pref               int
 }
 
-// New builds the pair, or skips the test outside the RDMA test VM, where
-// it needs root, rdma_rxe, ip(8) and rdma(8): it changes the routing of
-// the whole (disposable) guest for the test's duration.
-func New(t testing.TB) *Pair {
+// New builds a pair of kind devices, or skips the test outside the RDMA
+// test VM, where it needs root, the kind's kernel module, ip(8) and
+// rdma(8): it changes the routing of the whole (disposable) guest for the
+// test's duration.
+func New(t testing.TB, kind Kind) *Pair {
 	t.Helper()
 	if os.Getenv("IN_RDMA_VM") != "1" {
 		t.Skip("builds rxe devices and changes the guest's routing: runs only in the RDMA test VM (test/vm, IN_RDMA_VM=1)")
@@ -54,20 +72,27 @@ func New(t testing.TB) *Pair {
 			t.Skipf("needs %s", tool)
 		}
 	}
-	id := os.Getpid() % 100
+	// An id whose veth is not there yet: earlier pairs' stay.
+	id := (os.Getpid() + 7*int(made.Add(1))) % 50
+	for tries := 0; run("ip", "link", "show", fmt.Sprintf("rdpa%d", id)) == nil; tries++ {
+		if tries == 50 {
+			t.Fatal("rdmapair: no free pair id")
+		}
+		id = (id + 1) % 50
+	}
 	p := &Pair{
-		ClientIP: fmt.Sprintf("203.0.113.%d", 100+2*id%100),
-		ServerIP: fmt.Sprintf("203.0.113.%d", 101+2*id%100),
-		devA:     fmt.Sprintf("rxpa%d", id),
-		devB:     fmt.Sprintf("rxpb%d", id),
-		pref:     100 + 2*id,
+		ClientIP: fmt.Sprintf("203.0.113.%d", 100+2*id),
+		ServerIP: fmt.Sprintf("203.0.113.%d", 101+2*id),
+		devA:     fmt.Sprintf("rdpa%d", id),
+		devB:     fmt.Sprintf("rdpb%d", id),
+		pref:     100 + 4*id,
 	}
 	tableA, tableB := fmt.Sprint(1000+2*id), fmt.Sprint(1001+2*id)
 	var undo [][]string
 	t.Cleanup(func() {
 		for i := len(undo) - 1; i >= 0; i-- {
 			if err := run(undo[i]...); err != nil {
-				t.Logf("rxepair cleanup: %v", err)
+				t.Logf("rdmapair cleanup: %v", err)
 			}
 		}
 	})
@@ -104,17 +129,22 @@ func New(t testing.TB) *Pair {
 		"ip", "rule", "del", "pref", fmt.Sprint(p.pref))
 	step([]string{"ip", "rule", "add", "pref", fmt.Sprint(p.pref + 1), "from", p.ServerIP, "to", p.ClientIP, "oif", p.devB, "lookup", tableB},
 		"ip", "rule", "del", "pref", fmt.Sprint(p.pref+1))
+	step([]string{"ip", "rule", "add", "pref", fmt.Sprint(p.pref + 2), "from", p.ClientIP, "to", p.ServerIP, "iif", "lo", "lookup", tableA},
+		"ip", "rule", "del", "pref", fmt.Sprint(p.pref+2))
+	step([]string{"ip", "rule", "add", "pref", fmt.Sprint(p.pref + 3), "from", p.ServerIP, "to", p.ClientIP, "iif", "lo", "lookup", tableB},
+		"ip", "rule", "del", "pref", fmt.Sprint(p.pref+3))
 	// The local table behind the rules above (and back in front at the end).
 	step([]string{"ip", "rule", "add", "pref", "32765", "lookup", "local"}, "ip", "rule", "del", "pref", "32765", "lookup", "local")
 	step([]string{"ip", "rule", "del", "pref", "0", "lookup", "local"}, "ip", "rule", "add", "pref", "0", "lookup", "local")
 	// The devices and the veth pair stay (down, without addresses) when
 	// the test ends: removing either waits until every process that
-	// opened the rxe device has closed it, librdmacm keeps the devices it
-	// has seen open until the process exits, and rxe cannot take its
-	// users' contexts away, so "rdma link delete" and "ip link del" would
-	// hang the test. The guest is thrown away after the suite.
-	step([]string{"rdma", "link", "add", "rxe_" + p.devA, "type", "rxe", "netdev", p.devA})
-	step([]string{"rdma", "link", "add", "rxe_" + p.devB, "type", "rxe", "netdev", p.devB})
+	// opened the device has closed it, librdmacm keeps the devices it has
+	// seen open until the process exits, and neither rxe nor siw can take
+	// their users' contexts away, so "rdma link delete" and "ip link del"
+	// would hang the test. The guest is thrown away after the suite.
+	for _, dev := range []string{p.devA, p.devB} {
+		step([]string{"rdma", "link", "add", string(kind) + "_" + dev, "type", string(kind), "netdev", dev})
+	}
 	t.Cleanup(func() { p.restore() })
 	return p
 }
