@@ -16,11 +16,6 @@ import (
 // the reader returns credit, with the writer gone idle.
 func TestWriterGoesIdle(t *testing.T) {
 	forEach(t, func(t *testing.T, ia string) {
-		if ia != "iwarp" {
-			// Open: on verbs over rxe0 this stream stalled for good in
-			// the VM (writer waiting for ring space, reader for data).
-			t.Skip("stalls on the verbs provider; under investigation")
-		}
 		for round := range 5 {
 			c1, c2, stop := pipe(t, ia, 0)
 			const n, size = 2000, 4096
