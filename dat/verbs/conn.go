@@ -8,9 +8,11 @@ package verbs
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
@@ -99,9 +101,27 @@ func (q *QP) createVerbsQP(c *conn, cfg driver.QPConfig) (err error) {
 	if q.ia.lim.splitSmall {
 		sendSGE = max(sendSGE, 2) // room for splitSmallSGE
 	}
-	rc := C.shim_create_qp(c.id, pd.pd, sseg.cq, rseg.cq, srq,
-		C.uint32_t(sendWR), C.uint32_t(recvWR),
-		C.uint32_t(sendSGE), C.uint32_t(max(cfg.MaxRecvSGE, 1)), C.uintptr_t(q.key))
+	create := func(inline uint32, got *C.uint32_t) C.int {
+		return C.shim_create_qp(c.id, pd.pd, sseg.cq, rseg.cq, srq,
+			C.uint32_t(sendWR), C.uint32_t(recvWR),
+			C.uint32_t(sendSGE), C.uint32_t(max(cfg.MaxRecvSGE, 1)),
+			C.uint32_t(inline), got, C.uintptr_t(q.key))
+	}
+	var gotInline C.uint32_t
+	inline := q.ia.inline.next()
+	rc := create(inline, &gotInline)
+	for prev := inline; rc != 0 && prev > 0 && errors.Is(errnoOf(rc), syscall.EINVAL); {
+		// The device may hold less inline data than asked: try less,
+		// and remember the refusal only if less is accepted (inline.go).
+		try := inlineBelow(prev)
+		if create(try, &gotInline) == 0 {
+			q.ia.debug("inline data refused", slog.Uint64("max_inline_data", uint64(prev)), slog.Uint64("granted", uint64(gotInline)))
+			q.ia.inline.refuse(prev)
+			rc = 0
+			break
+		}
+		prev = try
+	}
 	if rc != 0 {
 		scq.detach(sseg, sEnt)
 		rcq.detach(rseg, rEnt)
@@ -118,6 +138,7 @@ func (q *QP) createVerbsQP(c *conn, cfg driver.QPConfig) (err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	c.qp = qp
+	c.maxInline, c.pd = uint32(gotInline), pd
 	pending := q.pending
 	q.pending = nil
 	for _, p := range pending {

@@ -435,27 +435,38 @@ func (c *CQ) mapLocked(w wcRec) (driver.Completion, bool) {
 // mapWC maps one of q's work completions (see wrid.go for the wr_id).
 func (q *QP) mapWC(w wcRec) (driver.Completion, bool) {
 	id := w.wrID
+	recv := false
 	if id&wrHandle != 0 {
 		switch wrKind(id) {
+		case wrQuiet:
+			// dat's request, posted unsignalled and not counted: it
+			// completes only when it failed or was flushed.
+			id &= wrIdxMask
 		case wrBind:
 			q.sendDone.Add(1)
 			q.bindDone(id&wrIdxMask, w.status)
+			return driver.Completion{}, false
 		case wrProbe:
 			q.sendDone.Add(1)
 			q.probeDone()
-		}
-		return driver.Completion{}, false
-	}
-	recv := id&wrRecvBit != 0
-	id &= wrIDMask
-	if recv {
-		if q.srq != nil {
-			q.srq.posted.Add(-1)
-		} else {
-			q.recvDone.Add(1)
+			return driver.Completion{}, false
+		case wrDrain:
+			q.sendDone.Add(1)
+			return driver.Completion{}, false
+		default:
+			return driver.Completion{}, false
 		}
 	} else {
-		q.sendDone.Add(1)
+		recv = id&wrRecvBit != 0
+		id &= wrIDMask
+		switch {
+		case !recv:
+			q.sendDone.Add(1)
+		case q.srq != nil:
+			q.srq.posted.Add(-1)
+		default:
+			q.recvDone.Add(1)
+		}
 	}
 	if w.status == wcFlushErr {
 		// The request was not finished: the provider drops it, and

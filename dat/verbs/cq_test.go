@@ -151,3 +151,23 @@ func TestPollStashOrder(t *testing.T) {
 	require.Equal(t, []uint64{0, 1, 2, 3, 4}, got)
 	require.Zero(t, c.Poll(make([]driver.Completion, 1)))
 }
+
+// A request posted unsignalled (wrQuiet) reports only a failure, with
+// dat's ID and QP tag, on the send queue; its flush is dropped like any
+// other. Neither counts towards the drain, which waits on signalled
+// requests only (their posts alone are counted).
+func TestMapQuietRequests(t *testing.T) {
+	q := &QP{tag: 4}
+	c, _ := hostCQ(q)
+	feed(c, wcRec{wrID: wrHandleOf(wrQuiet, 12), status: wcRemAccess, opcode: 0xff, qpNum: 100})
+	feed(c, wcRec{wrID: wrHandleOf(wrQuiet, 13), status: wcFlushErr, opcode: 0xff, qpNum: 100})
+	feed(c, wcRec{wrID: wrHandleOf(wrDrain, 0), status: wcSuccess, opcode: wcOpRDMAWrite, qpNum: 100})
+	var dst [4]driver.Completion
+	require.Equal(t, 1, c.Poll(dst[:]))
+	require.Equal(t, driver.Completion{WRID: 12, QPTag: 4, Op: driver.OpSend, Status: driver.StatusRemoteAccess}, dst[0])
+	require.EqualValues(t, 1, q.sendDone.Load(), "only the drain marker counts")
+	// dat's largest ID that fits a wrQuiet wr_id maps back whole.
+	feed(c, wcRec{wrID: wrHandleOf(wrQuiet, wrIdxMask), status: wcRemAccess, opcode: 0xff, qpNum: 100})
+	require.Equal(t, 1, c.Poll(dst[:]))
+	require.EqualValues(t, wrIdxMask, dst[0].WRID)
+}

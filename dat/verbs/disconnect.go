@@ -8,8 +8,11 @@ package verbs
 import "C"
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"syscall"
 	"time"
 )
 
@@ -97,13 +100,34 @@ func (q *QP) disconnect(c *conn, graceful bool) {
 // completed, or timeout passes, or the disconnect is hurried. It polls
 // into the CQ's stash rather than waiting for completion events, which
 // belong to package dat's waiter.
+//
+// A request posted unsignalled reports nothing when it succeeds, so when
+// the newest one was, a signalled marker goes behind it (a zero-length
+// RDMA Write, which no consumer sees): the send queue completes in order,
+// so the marker's completion says everything before it is done. The
+// marker may find the send queue full (ENOMEM): it is posted again once
+// completions freed a slot.
 func (q *QP) waitSendIdle(c *conn, timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
+	q.mu.Lock()
+	marker := q.silentTail
+	q.mu.Unlock()
 	for pause := 20 * time.Microsecond; ; pause = min(2*pause, 5*time.Millisecond) {
+		if marker {
+			switch err := q.postDrainMarker(c); {
+			case err == nil:
+				marker = false
+			case !errors.Is(err, syscall.ENOMEM):
+				// The QP takes no more requests (the device moved it
+				// to the error state): nothing is left to wait for.
+				q.ia.debug("drain marker not posted", slog.Uint64("qp", uint64(c.qpNum)), slog.String("error", err.Error()))
+				return
+			}
+		}
 		if c.scq != nil {
 			c.scq.collect()
 		}
-		if q.sendDone.Load() >= q.sendPosted.Load() || time.Now().After(deadline) {
+		if !marker && q.sendDone.Load() >= q.sendPosted.Load() || time.Now().After(deadline) {
 			return
 		}
 		select {
@@ -112,4 +136,24 @@ func (q *QP) waitSendIdle(c *conn, timeout time.Duration) {
 		case <-time.After(pause):
 		}
 	}
+}
+
+// postDrainMarker posts waitSendIdle's marker: a signalled zero-length
+// RDMA Write, which needs no memory and whose key no device checks. Its
+// completion counts in sendDone and goes no further (mapWC).
+func (q *QP) postDrainMarker(c *conn) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if c.qp == nil {
+		return net.ErrClosed
+	}
+	q.sendPosted.Add(1)
+	rc := C.shim_post_send(c.qp, C.uint64_t(wrHandleOf(wrDrain, 0)), C.IBV_WR_RDMA_WRITE, C.IBV_SEND_SIGNALED,
+		&q.sges[0], 0, 0, 0)
+	if rc != 0 {
+		q.sendPosted.Add(^uint64(0))
+		return errnoOf(rc)
+	}
+	q.silentTail = false
+	return nil
 }

@@ -151,14 +151,40 @@
 // whose completions never reach dat. Package dat keeps its IDs below
 // driver.MaxWRID, so both fit in the top two bits.
 //
-// Every send-side request is posted signalled (sq_sig_all): package dat
-// takes the completion of a request it posted unsignalled like any other,
-// and a graceful disconnect counts completions against posts to know the
-// send queue has drained. Flushed completions (IBV_WC_WR_FLUSH_ERR) are
-// counted and dropped: what the device did not finish, package dat
-// completes as flushed itself. Length is the device's byte_len: the message
-// length for receives, the request's length on the send side as rxe and
-// siw report it.
+// Flushed completions (IBV_WC_WR_FLUSH_ERR) are counted and dropped: what
+// the device did not finish, package dat completes as flushed itself.
+// Length is the device's byte_len: the message length for receives, the
+// request's length on the send side as rxe and siw report it.
+//
+// # Fewer completions and copies: signalling and inline data
+//
+// Send-side requests are signalled as package dat asks (no sq_sig_all): a
+// Send or RDMA Write posted without driver.SendSignaled, which is what dat
+// makes of a SUPPRESSed DTO (rdmanet posts its ring Writes and most
+// control Sends so), produces no work completion when it succeeds, so the
+// device writes, and dat's waiter polls, one CQ entry for several
+// requests; the completion of a later request implies their success
+// (dat's wrQueue), and dat signals one request in every half queue
+// itself. Such a request still completes when it fails, with its ID
+// (wr_id kind wrQuiet, see wrid.go). The quiescence count (below) covers
+// signalled requests only; a graceful disconnect whose newest request
+// was unsignalled posts a signalled zero-length RDMA Write behind it and
+// waits for that, since the send queue completes in order.
+//
+// Every QP asks for 256 bytes of inline data (max_inline_data, one
+// rdmanet control message) and keeps what the device grants: 256 on rxe,
+// whose limit is 400, and 64 on siw, which refuses more (EINVAL; the
+// provider halves the request and remembers it per IA). A Send or RDMA
+// Write of 1 to max_inline_data bytes is posted with IBV_SEND_INLINE: the
+// user-space driver copies the payload into the work request, the memory
+// is the consumer's again when the post returns, and the device reads no
+// registered memory for it (no key lookup, no page walk or DMA at send
+// time). Since the device then checks no key either, the provider does:
+// only segments inside a region of the QP's PD under their own key go
+// inline (PD.covers); others are posted the ordinary way and fail there
+// as before. Completions are reported as before. The inline room costs
+// queue memory on rxe, whose send WQE is as large as the inline data (see
+// Queue sizes); siw's WQE is fixed.
 //
 // A CQ never loses a completion: each QP attached reserves its queue
 // depths (plus a window bind on the send queue of a device with windows;
@@ -233,10 +259,12 @@
 // wrong; TestSmallSendsAcrossPages makes it happen at once. On siw the
 // provider therefore splits such an SGE at the page boundary (two SGEs,
 // same key), which takes siw's other, correct path, and gives every QP
-// room for two send SGEs. The same copy serves RDMA Read responses, which
-// the peer's Reads cause and the provider cannot split: a Read of at most
-// 32 bytes that crosses a page of this side's memory can return wrong
-// data from a siw responder.
+// room for two send SGEs. An inline request (siw grants 64 bytes, above)
+// never takes that path either: its payload is in the work request, not
+// in user pages; so the split now serves QPs without inline data. The
+// same copy serves RDMA Read responses, which the peer's Reads cause and
+// the provider cannot split: a Read of at most 32 bytes that crosses a
+// page of this side's memory can return wrong data from a siw responder.
 //
 // # Local errors
 //

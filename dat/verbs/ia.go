@@ -33,6 +33,7 @@ type IA struct {
 	dev    *device
 	attr   driver.IAAttr
 	lim    devLimits
+	inline inlineAsk // max_inline_data for new QPs (inline.go)
 
 	// cmMu serialises taking CM events with destroying QPs (fetchCM).
 	cmMu    sync.Mutex

@@ -20,6 +20,10 @@ import (
 type PD struct {
 	ia *IA
 	pd *C.struct_ibv_pd
+	// mrs holds the PD's regions by lkey (*MR), so that an inline post
+	// can check its segments as the device would (post.go): the device
+	// reads no region for inline data.
+	mrs sync.Map
 
 	mu     sync.Mutex
 	closed bool
@@ -83,7 +87,20 @@ func (pd *PD) Register(buf []byte, access driver.Access) (driver.MR, error) {
 	if rc := C.shim_reg_mr(pd.pd, C.uintptr_t(va), C.size_t(len(buf)), flags, &mr); rc != 0 {
 		return nil, fmt.Errorf("verbs: %w", localError(fmt.Sprintf("ibv_reg_mr(%d bytes)", len(buf)), errnoOf(rc)))
 	}
-	return &MR{pd: pd, mr: mr, buf: buf, va: uint64(va)}, nil
+	m := &MR{pd: pd, mr: mr, buf: buf, va: uint64(va), size: uint64(len(buf))}
+	pd.mrs.Store(m.LKey(), m)
+	return m, nil
+}
+
+// covers reports whether s lies in one of the PD's regions under its key.
+func (pd *PD) covers(s driver.SGE) bool {
+	v, ok := pd.mrs.Load(s.LKey)
+	if !ok {
+		return false
+	}
+	m := v.(*MR)
+	off := s.Addr - m.va
+	return s.Addr >= m.va && off <= m.size && uint64(s.Length) <= m.size-off
 }
 
 // Close deallocates the PD. Package dat has closed its regions and QPs.
@@ -107,8 +124,9 @@ type MR struct {
 	mr *C.struct_ibv_mr
 	// buf keeps the registered memory reachable, so the garbage collector
 	// cannot free it while the adapter may still access it.
-	buf []byte
-	va  uint64
+	buf  []byte
+	va   uint64
+	size uint64 // len(buf) at registration; read without locks (covers)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -128,8 +146,13 @@ func (m *MR) Addr() uint64 { return m.va }
 // Close deregisters the region; afterwards buf is ordinary memory again.
 func (m *MR) Close() error {
 	m.closeOnce.Do(func() {
+		// Out of the table first: no inline post may use the region
+		// once it is going away.
+		m.pd.mrs.Delete(m.LKey())
 		if rc := C.shim_dereg_mr(m.mr); rc != 0 {
 			m.closeErr = fmt.Errorf("verbs: ibv_dereg_mr: %w", errnoOf(rc))
+			m.pd.mrs.Store(m.LKey(), m) // still registered
+			return
 		}
 		m.buf = nil
 	})

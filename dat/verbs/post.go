@@ -54,11 +54,21 @@ func (q *QP) PostRecv(wr driver.RecvWR) error {
 }
 
 // PostSend posts a Send, RDMA Write or RDMA Read on an established
-// connection. Every request is posted signalled (the QP has sq_sig_all),
-// so each completes: package dat takes the completion of a request it
-// posted unsignalled like any other, and a graceful disconnect counts
-// them. Once the connection is over the request is dropped: package dat
-// flushes it.
+// connection. Once the connection is over the request is dropped: package
+// dat flushes it.
+//
+// Signalling follows the request (the QP has no sq_sig_all): a Send or
+// RDMA Write that package dat posts without driver.SendSignaled (a
+// SUPPRESSed request) goes to the device unsignalled, so its success
+// produces no work completion, and the completion of a later request
+// implies it, as the driver contract allows. Such a request carries the
+// wrQuiet wr_id, so a failure or flush of it still maps to dat's ID, and
+// it is left out of the sendPosted count that drain and a graceful
+// disconnect wait on (a marker covers it there, see waitSendIdle).
+//
+// A Send or RDMA Write of at most the QP's max_inline_data bytes is
+// posted inline: the device takes the payload at the post, not from the
+// registered memory later (inline.go).
 func (q *QP) PostSend(wr driver.SendWR) error {
 	var opcode C.int
 	switch wr.Op {
@@ -71,7 +81,11 @@ func (q *QP) PostSend(wr driver.SendWR) error {
 	default:
 		return fmt.Errorf("verbs: post send: opcode %d: %w", wr.Op, driver.ErrNotSupported)
 	}
-	flags := C.int(C.IBV_SEND_SIGNALED)
+	signaled := wr.Flags&driver.SendSignaled != 0 || wr.Op == driver.OpRDMARead || wr.ID > wrIdxMask
+	var flags C.int
+	if signaled {
+		flags = C.IBV_SEND_SIGNALED
+	}
 	if wr.Flags&driver.SendSolicited != 0 && wr.Op == driver.OpSend {
 		flags |= C.IBV_SEND_SOLICITED
 	}
@@ -101,16 +115,56 @@ func (q *QP) PostSend(wr driver.SendWR) error {
 	if err != nil {
 		return err
 	}
+	if !signaled {
+		wrid = wrHandleOf(wrQuiet, wr.ID)
+	}
 	n := q.fillSGEs(wr.Local)
-	if n == 1 && wr.Op != driver.OpRDMARead && q.ia.lim.splitSmall {
+	if wr.Op != driver.OpRDMARead && q.inlineFits(wr.Local) {
+		// The payload is copied at the post, which also keeps siw off
+		// its page-crossing path (splitSmallSGE): the bytes are in the
+		// work request, not in user pages.
+		flags |= C.IBV_SEND_INLINE
+	} else if n == 1 && wr.Op != driver.OpRDMARead && q.ia.lim.splitSmall {
 		n = q.splitSmallSGE()
 	}
-	q.sendPosted.Add(1)
+	if signaled {
+		q.sendPosted.Add(1)
+	}
 	rc := C.shim_post_send(q.conn.qp, C.uint64_t(wrid), opcode, flags, &q.sges[0], C.int(n),
 		C.uint64_t(wr.Remote.Addr), C.uint32_t(wr.Remote.RKey))
 	if rc != 0 {
-		q.sendPosted.Add(^uint64(0))
+		if signaled {
+			q.sendPosted.Add(^uint64(0))
+		}
 		return postError("ibv_post_send", errnoOf(rc))
 	}
+	q.silentTail = !signaled
+	if flags&C.IBV_SEND_INLINE != 0 {
+		q.inlined++
+	}
 	return nil
+}
+
+// inlineFits reports whether a request of these SGEs can be posted inline:
+// it moves at least one byte (a zero-length request has nothing to copy)
+// and no more than the QP's max_inline_data, and every segment lies in a
+// region of the QP's PD under its key. The device checks no key for
+// inline data, so the provider does it here; a request that fails the
+// check goes the ordinary way, and the device fails it as before
+// (drivertest's Protection cases). Callers hold mu.
+func (q *QP) inlineFits(sges []driver.SGE) bool {
+	c := q.conn
+	var total uint64
+	for _, s := range sges {
+		total += uint64(s.Length)
+	}
+	if total == 0 || total > uint64(c.maxInline) || c.pd == nil {
+		return false
+	}
+	for _, s := range sges {
+		if s.Length > 0 && !c.pd.covers(s) {
+			return false
+		}
+	}
+	return true
 }

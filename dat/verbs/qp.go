@@ -65,10 +65,11 @@ type QP struct {
 	// srq is the SRQ of the connection's ibv_qp, set before the QP is
 	// attached to its CQs and never changed after.
 	srq *SRQ
-	// sendPosted and sendDone count send-side work requests posted to
-	// the device and completed (polled), so a graceful disconnect knows
-	// when the send queue has drained and quiesce when the device has
-	// flushed it; every send-side request is signalled for it.
+	// sendPosted and sendDone count signalled send-side work requests
+	// posted to the device and completed (polled), so a graceful
+	// disconnect knows when the send queue has drained and quiesce when
+	// the device has flushed it. Requests posted unsignalled are not
+	// counted: a success of theirs produces no completion (see post.go).
 	// recvPosted and recvDone do the same for the QP's own receive queue
 	// (not for receives from an SRQ).
 	sendPosted, sendDone atomic.Uint64
@@ -102,6 +103,13 @@ type QP struct {
 	conn    *conn
 	pending []pendingRecv
 	sges    [maxSGE]C.struct_ibv_sge // post scratch
+	// silentTail: the newest send-side request was posted unsignalled,
+	// so nothing will report when the send queue has drained; a
+	// graceful disconnect posts a signalled marker behind it
+	// (waitSendIdle).
+	silentTail bool
+	// inlined counts the requests posted inline (the tests read it).
+	inlined uint64
 }
 
 var _ driver.QP = (*QP)(nil)
@@ -140,6 +148,11 @@ type conn struct {
 	sseg, rseg *cqSeg
 	sEnt, rEnt int
 	private    *CQ // made for a QP configured with no CQ at all
+	// maxInline is the QP's max_inline_data as the device granted it,
+	// and pd the QP's PD, set with qp: send-side requests up to that
+	// size from the PD's regions are posted inline (post.go).
+	maxInline uint32
+	pd        *PD
 
 	gone      chan struct{} // closed on the id's DISCONNECTED event
 	goneOnce  sync.Once

@@ -222,7 +222,7 @@ func (e *msgEnd) send(size int) {
 	for i := range size {
 		m[msgHeader+i] = msgByte(e.dir, e.sendSeq, i)
 	}
-	if err := e.qp.PostSend(driver.SendWR{ID: e.posted, Op: driver.OpSend, Local: e.sge(off, len(m))}); err != nil {
+	if err := e.qp.PostSend(driver.SendWR{ID: e.posted, Op: driver.OpSend, Flags: driver.SendSignaled, Local: e.sge(off, len(m))}); err != nil {
 		e.err = fmt.Errorf("post send: %w", err)
 		return
 	}

@@ -480,7 +480,7 @@ static inline int shim_poll(struct ibv_cq *cq, struct shim_wc *out, int n) {
 
 static inline int shim_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
                                  struct ibv_srq *srq, uint32_t send_wr, uint32_t recv_wr, uint32_t send_sge,
-                                 uint32_t recv_sge, uintptr_t key) {
+                                 uint32_t recv_sge, uint32_t max_inline, uint32_t *got_inline, uintptr_t key) {
 	struct ibv_qp_init_attr a;
 	memset(&a, 0, sizeof a);
 	a.qp_context = (void *)key;
@@ -493,12 +493,19 @@ static inline int shim_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struc
 		a.cap.max_recv_wr = recv_wr;
 		a.cap.max_recv_sge = recv_sge;
 	}
+	a.cap.max_inline_data = max_inline;
 	a.qp_type = IBV_QPT_RC;
-	// Every send-side WR completes: a graceful disconnect counts them
-	// to know the send queue has drained (see doc.go).
-	a.sq_sig_all = 1;
+	// Only requests posted with IBV_SEND_SIGNALED complete on success
+	// (selective signalling, see doc.go).
+	a.sq_sig_all = 0;
 	errno = 0;
-	return rdma_create_qp(id, pd, &a) ? shim_err() : 0;
+	if (rdma_create_qp(id, pd, &a))
+		return shim_err();
+	// rdma_create_qp copies back the capabilities the device granted,
+	// which may exceed those asked for (rxe rounds inline data up to its
+	// WQE size).
+	*got_inline = a.cap.max_inline_data;
+	return 0;
 }
 
 static inline uint32_t shim_qp_num(struct ibv_qp *qp) { return qp->qp_num; }

@@ -131,7 +131,7 @@ func TestBindWindow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.postSend(t, driver.SendWR{ID: 11, Op: driver.OpSend, Local: []driver.SGE{s.sge(1, 1)}})
+		s.postSend(t, driver.SendWR{ID: 11, Op: driver.OpSend, Flags: driver.SendSignaled, Local: []driver.SGE{s.sge(1, 1)}})
 		if cp := s.h.next(t); cp.WRID != 10 || cp.Status != driver.StatusSuccess {
 			t.Fatalf("first send: %+v", cp)
 		}
@@ -149,7 +149,7 @@ func TestBindWindow(t *testing.T) {
 		data := pattern(4096, 3)
 		copy(c.buf, data)
 		win := driver.RemoteSegment{Addr: s.mr.Addr() + 4096, Length: 4096, RKey: rkey}
-		c.postSend(t, driver.SendWR{ID: 20, Op: driver.OpRDMAWrite, Local: []driver.SGE{c.sge(0, 4096)}, Remote: win})
+		c.postSend(t, driver.SendWR{ID: 20, Op: driver.OpRDMAWrite, Flags: driver.SendSignaled, Local: []driver.SGE{c.sge(0, 4096)}, Remote: win})
 		c.postSend(t, driver.SendWR{ID: 21, Op: driver.OpRDMARead, Flags: driver.SendSignaled, Local: []driver.SGE{c.sge(8192, 4096)}, Remote: win})
 		for cookie, cp := range collect(t, c.h, 4) {
 			if cp.Status != driver.StatusSuccess {

@@ -37,6 +37,14 @@ const (
 const (
 	wrBind  = 1 // a window bind; index: the QP's bind number
 	wrProbe = 2 // a keepalive probe; index: the keeper's probe number
+	// wrQuiet is package dat's request posted unsignalled; index: dat's
+	// ID. It completes only when it fails or is flushed, and is not
+	// counted in QP.sendPosted (post.go). An ID above wrIdxMask (2^56
+	// requests on one queue) is posted signalled instead.
+	wrQuiet = 3
+	// wrDrain is the signalled marker a graceful disconnect posts behind
+	// an unsignalled request (waitSendIdle); index: 0.
+	wrDrain = 4
 )
 
 // Package dat's IDs leave the provider's bits free.
