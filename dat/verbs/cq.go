@@ -423,6 +423,15 @@ func (c *CQ) mapLocked(w wcRec) (driver.Completion, bool) {
 		c.ia.debug("completion of a QP not on this CQ", slog.String("wr_id", fmt.Sprintf("%#x", w.wrID)), slog.Uint64("qp", uint64(w.qpNum)))
 		return driver.Completion{}, false
 	}
+	if w.status != wcSuccess && w.status != wcFlushErr && q.hungUp.Load() {
+		// A request caught by the consumer's own Disconnect: it did
+		// not finish because the connection was taken down, which is
+		// what a flush says, and the connection did not break. siw
+		// completes the Send it was transmitting with LOC_QP_OP_ERR
+		// rather than flushing it (drivertest's
+		// Race/DisconnectWhilePosting).
+		w.status = wcFlushErr
+	}
 	comp, ok := q.mapWC(w)
 	if w.status != wcSuccess && w.status != wcFlushErr {
 		err := wcFailure(w.status)

@@ -48,6 +48,7 @@ func (q *QP) Disconnect(graceful bool) error {
 		a, c := q.attempt, q.conn
 		a.cancel()
 		q.state = qpDead
+		q.hungUp.Store(true)
 		q.mu.Unlock()
 		<-a.done
 		if c != nil {
@@ -57,6 +58,7 @@ func (q *QP) Disconnect(graceful bool) error {
 	case qpConnected:
 		c := q.conn
 		q.state = qpDead
+		q.hungUp.Store(true)
 		q.ops.Add(1)
 		q.mu.Unlock()
 		defer q.ops.Done()

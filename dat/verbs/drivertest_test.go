@@ -20,10 +20,9 @@ func TestConformance(t *testing.T) {
 	if os.Getenv("IN_RDMA_VM") != "1" {
 		t.Skip("needs the RDMA test VM with rxe0 and siw0: build with `go test -c -tags verbs` and run the binary via test/vm/run.sh (IN_RDMA_VM=1)")
 	}
-	// What soft-iWARP does not pass yet, and why: open work.
+	// What soft-iWARP cannot pass, and why.
 	siwKnown := map[string]string{
 		"Connect/RejectWithPrivateData": "the kernel's iWARP CM delivers a reject without private data exactly like a TCP reset, so an empty peer reject is reported as a non-peer reject",
-		"Race/DisconnectWhilePosting":   "a Send caught by the local disconnect completes with LOC_QP_OP_ERR instead of being dropped",
 	}
 	for _, d := range []struct {
 		name, addr string

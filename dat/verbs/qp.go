@@ -84,6 +84,11 @@ type QP struct {
 	bindMu  sync.Mutex
 	bindSeq uint64 // guarded by bindMu
 	bind    atomic.Pointer[bindWait]
+	// hungUp is set when the consumer disconnects an established (or
+	// establishing) connection: from then on a request that did not
+	// succeed counts as flushed, whatever status the device gave it
+	// (CQ.mapLocked).
+	hungUp atomic.Bool
 	// keep is the connection's keeper (keepalive.go); nil without
 	// keepalive.
 	keep atomic.Pointer[keeper]
