@@ -64,6 +64,11 @@ type connection struct {
 	idle sync.Cond
 
 	tx *sender // the write side's state, used by the writer-token holder
+	// rx is the read side's state, used by the holder of the receive
+	// role: the receive goroutine, or a waiter on the receive CQ
+	// (rxrole.go).
+	rx  *receiver
+	rxc rxCtl
 	// sendLoopFn is c.sendLoop, bound once: a go statement calling the
 	// method allocates a closure for its receiver every time, one
 	// calling a func value without arguments does not.
@@ -145,6 +150,11 @@ func (c *connection) start(q *QP) {
 	c.tx = newSender(c)
 	c.sendLoopFn = c.sendLoop
 	c.raceTx, c.raceRx, c.raceForget = raceClocks(c.info.Local, c.info.Remote)
+	c.rx = newReceiver(c)
+	c.rxc.back = make(chan struct{}, 1)
+	if c.rcq != nil {
+		c.rcq.attach(c)
+	}
 	q.ia.conns.Add(1)
 	go c.readLoop()
 }
@@ -246,6 +256,16 @@ func (c *connection) fail(err error, term []byte) {
 func (c *connection) abort() {
 	_ = c.tc.SetLinger(0)
 	_ = c.tc.Close()
+	c.wakeRx()
+}
+
+// wakeRx gives a parked receive role back to the receive goroutine at
+// once, so that a local close or disconnect does not wait for the
+// sweeper (rxrole.go) to see the stream end.
+func (c *connection) wakeRx() {
+	if c.rxc.back != nil {
+		c.unpark()
+	}
 }
 
 // wait returns once the connection is quiescent and, unless the teardown

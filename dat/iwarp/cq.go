@@ -22,6 +22,12 @@ import (
 // a waiter is (about to be) blocked on it, so a busy producer makes no
 // channel operation per completion and a waiter does not find stale
 // tokens from completions it already polled.
+//
+// On a CQ that receives complete on for one connection only, the waiter
+// does not sleep on the channel: it takes the connection's receive role
+// and reads the socket itself (rxrole.go), so that a receive completes in
+// the goroutine waiting for it. Whoever queues a completion, interrupts
+// or closes the CQ meanwhile pokes that reader instead of signalling.
 type CQ struct {
 	mu       sync.Mutex
 	q        ring[driver.Completion]
@@ -32,6 +38,15 @@ type CQ struct {
 	done     chan struct{} // closed by Close
 	timer    *time.Timer   // Wait's deadline timer, reused (one waiter at a time)
 	closeErr error
+
+	// rxConns counts the connections whose receives complete here;
+	// rxConn is the only one while that is 1 and it has been the only
+	// one since the count was 0 (a CQ once shared stays with the
+	// channel until it is unused again).
+	rxConns int
+	rxConn  *connection
+	// sockConn is the connection whose socket Wait reads right now.
+	sockConn *connection
 }
 
 var _ driver.CQ = (*CQ)(nil)
@@ -59,11 +74,53 @@ func (cq *CQ) push(c driver.Completion) {
 		return
 	}
 	cq.q.push(c)
-	w := cq.waiting
+	w, sc := cq.waiting, cq.sockConn
 	cq.mu.Unlock()
 	if w {
 		cq.signal()
 	}
+	if sc != nil {
+		sc.pokeRx()
+	}
+}
+
+// attach records that c's receives complete on the CQ.
+func (cq *CQ) attach(c *connection) {
+	cq.mu.Lock()
+	cq.rxConns++
+	if cq.rxConns == 1 {
+		cq.rxConn = c
+	} else {
+		cq.rxConn = nil
+	}
+	cq.mu.Unlock()
+}
+
+// detach undoes attach once c's receiver has stopped.
+func (cq *CQ) detach(c *connection) {
+	cq.mu.Lock()
+	cq.rxConns--
+	if cq.rxConn == c || cq.rxConns == 0 {
+		cq.rxConn = nil
+	}
+	cq.mu.Unlock()
+}
+
+// readyLocked reports whether Wait returns now, and with what: the CQ is
+// closed, holds a completion, was interrupted, or the deadline passed.
+// Callers hold cq.mu.
+func (cq *CQ) readyLocked(deadline time.Time) (bool, error) {
+	if cq.closed {
+		return true, cq.closeErr
+	}
+	if cq.q.len() > 0 || cq.intr {
+		cq.intr = false
+		return true, nil
+	}
+	if !deadline.IsZero() && !time.Now().Before(deadline) {
+		return true, nil
+	}
+	return false, nil
 }
 
 func (cq *CQ) signal() {
@@ -95,14 +152,20 @@ func (cq *CQ) Len() int {
 // deadline passes (zero: none) or the CQ is closed; see driver.CQ.
 func (cq *CQ) Wait(deadline time.Time) error {
 	cq.mu.Lock()
-	if cq.closed {
+	if ret, err := cq.readyLocked(deadline); ret {
 		cq.mu.Unlock()
-		return cq.closeErr
+		return err
 	}
-	if cq.q.len() > 0 || cq.intr {
-		cq.intr = false
+	if c := cq.rxConn; c != nil {
 		cq.mu.Unlock()
-		return nil
+		if handled, err := c.waitRx(cq, deadline); handled {
+			return err
+		}
+		cq.mu.Lock()
+		if ret, err := cq.readyLocked(deadline); ret {
+			cq.mu.Unlock()
+			return err
+		}
 	}
 	var tc <-chan time.Time
 	if !deadline.IsZero() {
@@ -150,10 +213,13 @@ func (cq *CQ) Wait(deadline time.Time) error {
 func (cq *CQ) Interrupt() {
 	cq.mu.Lock()
 	cq.intr = true
-	w := cq.waiting
+	w, sc := cq.waiting, cq.sockConn
 	cq.mu.Unlock()
 	if w {
 		cq.signal()
+	}
+	if sc != nil {
+		sc.pokeRx()
 	}
 }
 
@@ -161,13 +227,18 @@ func (cq *CQ) Interrupt() {
 // net.ErrClosed. It is idempotent.
 func (cq *CQ) Close() error {
 	cq.mu.Lock()
-	defer cq.mu.Unlock()
 	if cq.closed {
+		cq.mu.Unlock()
 		return nil
 	}
 	cq.closed = true
 	cq.closeErr = fmt.Errorf("iwarp: CQ closed: %w", net.ErrClosed)
 	cq.q.clear()
 	close(cq.done)
+	sc := cq.sockConn
+	cq.mu.Unlock()
+	if sc != nil {
+		sc.pokeRx() // a waiter reading a socket does not watch done
+	}
 	return nil
 }

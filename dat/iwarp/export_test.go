@@ -30,3 +30,17 @@ func ListenerCounts(l *Listener) AdmissionCounts {
 
 // QPCanSend is the startup gate of q's connection (nil without one).
 func QPCanSend(q *QP) <-chan struct{} { return q.canSend() }
+
+// RxRole reports who holds the receive role of q's connection
+// (rxrole.go): "loop", "parked", "waiter" or "ended"; "" without one.
+func RxRole(q *QP) string {
+	q.mu.Lock()
+	c := q.conn
+	q.mu.Unlock()
+	if c == nil {
+		return ""
+	}
+	c.rxc.mu.Lock()
+	defer c.rxc.mu.Unlock()
+	return [...]string{rxLoop: "loop", rxParked: "parked", rxWaiter: "waiter", rxEnded: "ended"}[c.rxc.role]
+}

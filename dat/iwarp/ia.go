@@ -36,6 +36,9 @@ type IA struct {
 	// conns counts the receive goroutines of connections, so that Close
 	// returns only when none is left.
 	conns sync.WaitGroup
+	// sweep returns parked receive roles to their receive goroutines
+	// (rxrole.go); its goroutine counts in conns.
+	sweep rxSweep
 }
 
 var (
@@ -218,6 +221,7 @@ func (ia *IA) Close() error {
 	ia.mu.Unlock()
 	ia.listeners.CloseAll()
 	ia.qps.CloseAll()
+	ia.stopSweep()
 	ia.conns.Wait()
 	return nil
 }

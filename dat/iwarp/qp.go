@@ -196,6 +196,7 @@ func (q *QP) Disconnect(graceful bool) error {
 // shutdown ends the connection after a local Disconnect and returns when
 // it is quiescent (see QP.Disconnect).
 func (c *connection) shutdown(graceful bool, timeout time.Duration) {
+	c.wakeRx() // the peer's FIN must be read with no waiter too
 	if graceful {
 		t := time.NewTimer(timeout)
 		defer t.Stop()

@@ -45,6 +45,13 @@ type receiver struct {
 	idleN   int                   // what idleRead read
 	idleErr error
 	bufp    *rxBuffer // the pool's buffer behind buf
+	// waitFn is rx.waitRead, made once; poked records that it stopped
+	// for a poke (rxrole.go).
+	waitFn func(fd uintptr) bool
+	poked  bool
+	// small counts the FPDUs since the last one that did not fit the
+	// read-ahead, up to rxBulkAfter (rxCtl.bulk).
+	small int
 
 	buf  []byte
 	r, w int
@@ -86,66 +93,108 @@ type receiver struct {
 	raw rawReader // readv (platform specific)
 }
 
+// newReceiver makes the receive state of c, which lives in the
+// connection rather than on a goroutine's stack: whoever holds the
+// receive role (rxrole.go) carries on where the last holder stopped.
+func newReceiver(c *connection) *receiver {
+	rx := &receiver{c: c, q: c.q, tc: c.tc, crcOn: c.crc, sendMSN: 1, rreqMSN: 1, small: rxBulkAfter}
+	rx.idle = idleReader(c.tc)
+	return rx
+}
+
 // readLoop is the connection's receive goroutine, the one goroutine an
-// idle connection costs.
+// idle connection costs. It reads whenever no waiter does (rxrole.go).
 func (c *connection) readLoop() {
 	defer c.q.ia.conns.Done()
-	rx := &receiver{c: c, q: c.q, tc: c.tc, crcOn: c.crc, sendMSN: 1, rreqMSN: 1}
-	rx.takeBuf()
-	defer rx.dropBuf()
-	rx.idle = idleReader(c.tc)
+	rx := c.rx
+	if rx.buf == nil {
+		rx.takeBuf()
+	}
 	err := rx.run()
+	c.rxStop()
+	rx.dropBuf()
 	c.finish(rx, err)
 }
 
-// run reads FPDUs until the stream ends or fails. The result is the
+// run reads FPDUs until the stream ends or fails, leaving the socket to
+// a waiter that asks for it between FPDUs. The result is the
 // OnDisconnect argument: nil for the peer's orderly close at a message
 // boundary.
 func (rx *receiver) run() error {
 	for {
-		if err := rx.fill(4); err != nil {
-			return rx.readErr(err, rx.r == rx.w)
-		}
-		rx.hlen = 0
-		op, l, err := wire.ParseControl(rx.buf[rx.r : rx.r+4])
-		if err != nil {
-			return rx.protoErr(err)
-		}
-		hl := op.HeaderLen()
-		if err := rx.fill(hl); err != nil {
-			return rx.readErr(err, false)
-		}
-		hdr := rx.buf[rx.r : rx.r+hl]
-		rx.hlen = copy(rx.hdr[:], hdr)
-		var h wire.Header
-		if _, err := h.Parse(hdr); err != nil {
-			return rx.protoErr(err)
-		}
-		if rx.crcOn {
-			rx.crc = wire.CRC(0).Update(hdr)
-		}
-		rx.r += hl
-		n := l + wire.ULPDULengthLen - hl // payload (or Terminate attachment) bytes
-		switch op {
-		case wire.OpSend, wire.OpSendSE, wire.OpSendInvalidate, wire.OpSendSEInvalidate:
-			err = rx.send(&h, n, l)
-		case wire.OpWrite:
-			err = rx.write(&h, n, l)
-		case wire.OpReadResponse:
-			err = rx.readResponse(&h, n, l)
-		case wire.OpReadRequest:
-			err = rx.readRequest(&h, l)
-		case wire.OpTerminate:
-			return rx.terminate(n, l)
-		}
-		if err != nil {
+		if err, end := rx.awaitFrame(); end {
 			return err
 		}
-		if !rx.started {
-			rx.started = true
-			rx.c.openGate()
+		if err := rx.step(); err != nil {
+			return err
 		}
 	}
+}
+
+// step reads and acts on one FPDU, whose first 4 bytes are read ahead.
+// With the whole FPDU read ahead (frameReady) it does not touch the
+// socket, which is what lets a waiter run it.
+func (rx *receiver) step() error {
+	rx.hlen = 0
+	op, l, err := wire.ParseControl(rx.buf[rx.r : rx.r+4])
+	if err != nil {
+		return rx.protoErr(err)
+	}
+	hl := op.HeaderLen()
+	if wire.FPDULen(l) > len(rx.buf) {
+		rx.small = 0
+	} else if rx.small < rxBulkAfter {
+		rx.small++
+	}
+	if err := rx.fill(hl); err != nil {
+		return rx.readErr(err, false)
+	}
+	hdr := rx.buf[rx.r : rx.r+hl]
+	rx.hlen = copy(rx.hdr[:], hdr)
+	var h wire.Header
+	if _, err := h.Parse(hdr); err != nil {
+		return rx.protoErr(err)
+	}
+	if rx.crcOn {
+		rx.crc = wire.CRC(0).Update(hdr)
+	}
+	rx.r += hl
+	n := l + wire.ULPDULengthLen - hl // payload (or Terminate attachment) bytes
+	switch op {
+	case wire.OpSend, wire.OpSendSE, wire.OpSendInvalidate, wire.OpSendSEInvalidate:
+		err = rx.send(&h, n, l)
+	case wire.OpWrite:
+		err = rx.write(&h, n, l)
+	case wire.OpReadResponse:
+		err = rx.readResponse(&h, n, l)
+	case wire.OpReadRequest:
+		err = rx.readRequest(&h, l)
+	case wire.OpTerminate:
+		return rx.terminate(n, l)
+	}
+	if err != nil {
+		return err
+	}
+	if !rx.started {
+		rx.started = true
+		rx.c.openGate()
+	}
+	return nil
+}
+
+// frameNeed returns how many bytes the FPDU starting the read-ahead
+// spans (at least its header and trailer, whatever its length field
+// says), 0 while its first 4 bytes have not arrived, and 4 if they are
+// invalid (step then fails without reading further).
+func (rx *receiver) frameNeed() int {
+	if rx.w-rx.r < 4 {
+		return 0
+	}
+	op, l, err := wire.ParseControl(rx.buf[rx.r : rx.r+4])
+	if err != nil {
+		return 4
+	}
+	return max(wire.FPDULen(l), op.HeaderLen()+wire.TrailerLen(l))
 }
 
 // fill makes at least n (≤ rxBufSize) bytes available in the read-ahead

@@ -250,6 +250,64 @@ func (rx *receiver) idleRead(fd uintptr) bool {
 	return true
 }
 
+// readWaiting is a waiter's read (rxrole.go): it reads what the socket
+// has after what is read ahead, waiting for it in the network poller as
+// readIdle does (and like it, without holding the buffer while the
+// read-ahead is empty), until the read deadline or a poke.
+func (rx *receiver) readWaiting() error {
+	if rx.waitFn == nil {
+		rx.waitFn = rx.waitRead // once: a method value allocates
+	}
+	if rx.r == rx.w {
+		rx.r, rx.w = 0, 0
+	} else if rx.r > 0 {
+		rx.w = copy(rx.buf, rx.buf[rx.r:rx.w])
+		rx.r = 0
+	}
+	rx.idleN, rx.idleErr, rx.poked = 0, nil, false
+	err := rx.idle.Read(rx.waitFn)
+	raceAcquire(rx.c.raceRx)
+	switch {
+	case err != nil:
+		return err
+	case rx.poked:
+		return errPoked
+	case rx.idleErr != nil:
+		return &net.OpError{Op: "read", Net: "tcp", Source: rx.tc.LocalAddr(), Addr: rx.tc.RemoteAddr(), Err: os.NewSyscallError("read", rx.idleErr)}
+	case rx.idleN == 0:
+		return io.EOF
+	}
+	rx.w += rx.idleN
+	return nil
+}
+
+// waitRead is readWaiting's step, called by the netpoller loop.
+func (rx *receiver) waitRead(fd uintptr) bool {
+	if rx.c.rxc.poke.Load() {
+		rx.poked = true
+		return true
+	}
+	if rx.buf == nil {
+		rx.takeBuf()
+	}
+	var n int
+	var err error
+	for {
+		n, err = syscall.Read(int(fd), rx.buf[rx.w:])
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err == syscall.EAGAIN {
+		if rx.w == 0 {
+			rx.dropBuf()
+		}
+		return false // wait until readable, then call again
+	}
+	rx.idleN, rx.idleErr = n, err
+	return true
+}
+
 // deferAccept asks the kernel to queue a connection for accept only once
 // data arrived on it (TCP_DEFER_ACCEPT), for at most about wait. It is
 // best effort: without it, the listener's own request timeout still drops

@@ -1,0 +1,430 @@
+package iwarp
+
+import (
+	"errors"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The receive role: who reads a connection's socket.
+//
+// A connection's receive goroutine (readLoop) reads the socket, places
+// payload and queues completions. A goroutine waiting for one of those
+// completions (CQ.Wait, under package dat's EVD.Wait) would then be woken
+// by the receive goroutine: one hand-off between goroutines, and a
+// scheduler wake-up, per completion, on top of the network poller's wake-up
+// of the receive goroutine. That hand-off doubled a small-message round
+// trip. So a goroutine that waits on a CQ fed by one connection takes the
+// receive role itself: it reads the socket (waiting in the network poller
+// like a TCP reader), runs the receiver on every FPDU that has arrived
+// whole, and finds its completion on the CQ without being woken by anyone.
+// The receive goroutine reads only while nobody waits, so data placement,
+// Read Responses, flow control and the peer's Terminate or close carry on
+// without a waiter.
+//
+// The receiver's state (the read-ahead, the message in progress) lives in
+// the connection, so the role can change hands between FPDUs, also with
+// part of the next FPDU read ahead. A waiter runs only FPDUs it has whole
+// in the read-ahead, which cannot make it wait for the peer mid-frame: one
+// that does not fit the read-ahead (a large Write or Send segment, which
+// the receive goroutine reads straight into registered memory), a protocol
+// error and the end of the stream go back to the receive goroutine, which
+// alone tears the connection down.
+//
+// The role's states (rxCtl.role): rxLoop, the receive goroutine has it
+// (busy, or waiting for the socket); rxParked, nobody has it and the
+// receive goroutine sleeps until it is handed back; rxWaiter, a waiter has
+// it; rxEnded, the receiver stopped. A waiter takes a parked role. One
+// that finds the receive goroutine with it asks for it (rxCtl.want) and
+// sleeps on the CQ's channel as before; the receive goroutine hands the
+// role over at its next FPDU boundary, at once if it is waiting there for
+// the socket (rxCtl.idle: the request cuts that read short with a past
+// read deadline), by parking it and interrupting the CQ, so that the
+// waiter's next Wait takes it. A waiter that is done parks the role: a
+// request/response exchange whose waiter comes back soon never involves
+// the receive goroutine. A role that stays parked for rxLinger goes back
+// to the receive goroutine (rxSweep), and at once when the connection is
+// closed or disconnected locally.
+//
+// While the stream carries FPDUs too large for the read-ahead (rxCtl.bulk)
+// waiters do not ask for the role: they would hand each one straight back.
+//
+// A waiter reading the socket must still see completions that others
+// queue (a Send finished by the sender goroutine, a connection event
+// posted by package dat through Interrupt, a closed CQ): whoever queues
+// one pokes it (pokeRx), which sets a flag its read checks before it
+// waits and cuts a wait in progress short with a past read deadline.
+// Those deadlines are set only under rxCtl.mu while their target reads,
+// and the target clears its state under the same lock before it hands the
+// role on, so no stale deadline reaches the next reader.
+type rxCtl struct {
+	mu   sync.Mutex
+	role rxRole
+	idle bool // the receive goroutine waits for the socket at an FPDU boundary
+	// want: a waiter asked for the role. Written under mu; the receive
+	// goroutine also looks at it without the lock after each FPDU.
+	want atomic.Bool
+	// bulk: one of the last rxBulkAfter FPDUs did not fit the
+	// read-ahead, so a waiter would likely hand the next ones straight
+	// back; waiters leave the role to the receive goroutine while it is
+	// set (a stream of large messages, each followed by a small control
+	// message, as rdmanet sends them).
+	bulk     bool
+	sockWait bool // the waiter holding the role waits for the socket
+	// stale: a poke set a past read deadline; the next reader resets it.
+	stale bool
+	rdl   time.Time // the read deadline the waiters last set
+	// poke is set by pokeRx; a waiter clears it (under the CQ's lock)
+	// before it looks at the CQ, and its read stops when it is set.
+	poke atomic.Bool
+	// back wakes the parked receive goroutine (capacity 1).
+	back chan struct{}
+	// parks counts the times a waiter parked the role; seen is its value
+	// at the sweeper's last look (rxSweep).
+	parks, seen uint32
+	swept       atomic.Bool // on the IA's sweep list
+	// end is set with fatal when a waiter met the end of the stream or a
+	// protocol error: the receive goroutine returns fatal as its verdict.
+	end   bool
+	fatal error
+}
+
+type rxRole uint8
+
+const (
+	rxLoop rxRole = iota
+	rxParked
+	rxWaiter
+	rxEnded
+)
+
+// rxLinger is how long a role a waiter gave back stays parked for the
+// next waiter, at least, before the receive goroutine takes it back (at
+// most twice that). A request/response exchange waits again within
+// microseconds; data that arrives with nobody waiting is read this much
+// later.
+const rxLinger = time.Millisecond
+
+// rxSweep brings parked receive roles back to their receive goroutines.
+// A timer per parked role, reset by every waiter that leaves, made each
+// round trip slower than the hand-off this file removes (resetting a
+// timer that fires sooner than the network poller's sleep wakes the
+// poller's thread). Instead a waiter that parks a role puts its
+// connection on its IA's list, once, and one goroutine per IA looks at
+// the list every rxLinger while it is not empty: a role it finds parked
+// twice in a row, with no waiter in between, goes back.
+type rxSweep struct {
+	mu      sync.Mutex
+	conns   []*connection
+	running bool
+	closed  bool          // the IA is closing: no sweeper starts
+	stop    chan struct{} // ends the running sweeper (IA.Close)
+}
+
+// rxSweepIdle is how many looks at an empty list the sweeper makes before
+// it ends, so that a busy connection, whose role is mostly held by a
+// waiter and off the list, does not start a goroutine every rxLinger.
+const rxSweepIdle = 20
+
+// watch puts c on the sweep list and starts the sweeper if needed.
+func (ia *IA) watch(c *connection) {
+	s := &ia.sweep
+	s.mu.Lock()
+	if !c.rxc.swept.Load() && !s.closed {
+		c.rxc.swept.Store(true)
+		s.conns = append(s.conns, c)
+		if !s.running {
+			// The connection's receive goroutine is alive (its role is
+			// parked), so conns is not zero here and Close is not
+			// past its Wait.
+			s.running = true
+			if s.stop == nil {
+				s.stop = make(chan struct{}, 1)
+			}
+			ia.conns.Add(1)
+			go ia.sweepLoop()
+		}
+	}
+	s.mu.Unlock()
+}
+
+// stopSweep ends the sweeper for good; IA.Close calls it once every
+// connection has ended.
+func (ia *IA) stopSweep() {
+	s := &ia.sweep
+	s.mu.Lock()
+	s.closed = true
+	if s.running {
+		s.stop <- struct{}{}
+	}
+	s.mu.Unlock()
+}
+
+// sweepLoop is the sweeper; it ends after rxSweepIdle looks at an empty
+// list, or when the IA closes.
+func (ia *IA) sweepLoop() {
+	defer ia.conns.Done()
+	s := &ia.sweep
+	t := time.NewTicker(rxLinger)
+	defer t.Stop()
+	idle := 0
+	for {
+		select {
+		case <-t.C:
+		case <-s.stop:
+			return
+		}
+		s.mu.Lock()
+		kept := s.conns[:0]
+		for _, c := range s.conns {
+			if c.sweep() {
+				kept = append(kept, c)
+			} else {
+				c.rxc.swept.Store(false)
+			}
+		}
+		clear(s.conns[len(kept):])
+		s.conns = kept
+		if len(kept) > 0 {
+			idle = 0
+		} else if idle++; idle >= rxSweepIdle {
+			s.running = false
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+	}
+}
+
+// sweep gives c's role back to its receive goroutine if it stayed parked
+// since the last look, and reports whether the sweeper should look at c
+// again. A role held by a waiter leaves the list, so that a long wait
+// costs no sweeping; the waiter puts it back when it parks the role.
+func (c *connection) sweep() bool {
+	x := &c.rxc
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.role != rxParked {
+		return false
+	}
+	if x.parks == x.seen {
+		x.role = rxLoop
+		x.back <- struct{}{}
+		return false
+	}
+	x.seen = x.parks
+	return true
+}
+
+// rxBulkAfter is how many FPDUs that fit the read-ahead must follow one
+// that did not before waiters take the receive role again.
+const rxBulkAfter = 8
+
+// errPoked ends a waiter's read when pokeRx was called.
+var errPoked = errors.New("iwarp: receive wait poked")
+
+// pokeRx makes the waiter that reads c's socket, if any, look at its CQ
+// again. Callers hold no CQ lock.
+func (c *connection) pokeRx() {
+	x := &c.rxc
+	x.mu.Lock()
+	x.poke.Store(true)
+	if x.sockWait {
+		x.stale = true
+		_ = c.tc.SetReadDeadline(aLongTimeAgo)
+	}
+	x.mu.Unlock()
+}
+
+// awaitFrame is the receive goroutine's wait at an FPDU boundary: it
+// returns once the first 4 bytes of the next FPDU are read ahead, with
+// end set when the stream ended or a waiter met the end. A waiter that
+// asks for the role gets it here.
+func (rx *receiver) awaitFrame() (err error, end bool) {
+	c := rx.c
+	x := &c.rxc
+	for {
+		if x.end {
+			return x.fatal, true
+		}
+		if rx.w-rx.r >= 4 && !x.want.Load() {
+			return nil, false
+		}
+		x.mu.Lock()
+		if x.want.Load() {
+			// A waiter asked for the role: park, and let it know
+			// (Interrupt makes its Wait return, and the next Wait
+			// takes the role).
+			x.want.Store(false)
+			x.role = rxParked
+			x.parks++
+			x.mu.Unlock()
+			if !x.swept.Load() {
+				c.q.ia.watch(c)
+			}
+			c.rcq.Interrupt()
+			<-x.back
+			// The role came back; a waiter may have left its deadline.
+			rx.clearDeadline()
+			continue
+		}
+		x.idle, x.bulk = true, rx.small < rxBulkAfter
+		x.mu.Unlock()
+		ferr := rx.fill(4)
+		x.mu.Lock()
+		x.idle = false
+		kicked := x.want.Load()
+		x.mu.Unlock()
+		if kicked {
+			rx.clearDeadline()
+			if ferr == nil || errors.Is(ferr, os.ErrDeadlineExceeded) {
+				continue
+			}
+		}
+		if ferr != nil {
+			return rx.readErr(ferr, rx.r == rx.w), true
+		}
+	}
+}
+
+// clearDeadline removes the read deadline a waiter or a kick left.
+// Only the holder of the role calls it.
+func (rx *receiver) clearDeadline() {
+	_ = rx.tc.SetReadDeadline(time.Time{})
+	x := &rx.c.rxc
+	x.mu.Lock()
+	x.rdl, x.stale = time.Time{}, false
+	x.mu.Unlock()
+}
+
+// unpark gives a parked role back to the receive goroutine at once.
+func (c *connection) unpark() {
+	x := &c.rxc
+	x.mu.Lock()
+	if x.role == rxParked {
+		x.role = rxLoop
+		x.back <- struct{}{}
+	}
+	x.mu.Unlock()
+}
+
+// rxStop records that the receive goroutine stopped reading for good.
+// It holds the role then.
+func (c *connection) rxStop() {
+	x := &c.rxc
+	x.mu.Lock()
+	x.role = rxEnded
+	x.mu.Unlock()
+	if cq := c.rcq; cq != nil {
+		cq.detach(c)
+	}
+}
+
+// release parks the role a waiter is done with.
+func (c *connection) release() {
+	x := &c.rxc
+	x.mu.Lock()
+	x.role = rxParked
+	x.parks++
+	x.mu.Unlock()
+	if !x.swept.Load() {
+		c.q.ia.watch(c)
+	}
+}
+
+// handBack gives the role straight back to the receive goroutine.
+func (c *connection) handBack() {
+	x := &c.rxc
+	x.mu.Lock()
+	x.role = rxLoop
+	x.back <- struct{}{}
+	x.mu.Unlock()
+}
+
+// waitRx is CQ.Wait for a CQ that only c's receives complete on, called
+// with nothing queued and cq.mu not held. It takes the receive role and
+// reads the socket until cq holds a completion, is interrupted or closed,
+// or the deadline passes. It reports false (and the caller waits on the
+// CQ's channel) when it could not take the role, or had to give it back
+// to the receive goroutine.
+func (c *connection) waitRx(cq *CQ, deadline time.Time) (handled bool, err error) {
+	rx := c.rx
+	x := &c.rxc
+	if rx.idle == nil {
+		return false, nil // the system has no netpoller step for it
+	}
+	x.mu.Lock()
+	switch x.role {
+	case rxParked:
+		x.role = rxWaiter
+	case rxLoop:
+		// Ask for the role: the receive goroutine hands it over at its
+		// next FPDU boundary, at once if it waits there for the socket.
+		if !x.want.Load() && !x.bulk {
+			x.want.Store(true)
+			if x.idle {
+				_ = c.tc.SetReadDeadline(aLongTimeAgo)
+			}
+		}
+		x.mu.Unlock()
+		return false, nil
+	default:
+		x.mu.Unlock()
+		return false, nil
+	}
+	x.mu.Unlock()
+	for {
+		// Every FPDU read ahead whole; one too large for the read-ahead
+		// is the receive goroutine's.
+		for {
+			need := rx.frameNeed()
+			if need == 0 || need > rx.w-rx.r {
+				if need > len(rx.buf) {
+					c.handBack()
+					return false, nil
+				}
+				break
+			}
+			if err := rx.step(); err != nil {
+				x.end, x.fatal = true, err
+				c.handBack()
+				return false, nil
+			}
+		}
+		cq.mu.Lock()
+		if ret, err := cq.readyLocked(deadline); ret {
+			cq.mu.Unlock()
+			c.release()
+			return true, err
+		}
+		x.poke.Store(false)
+		cq.sockConn = c
+		cq.mu.Unlock()
+
+		x.mu.Lock()
+		x.sockWait = true
+		reset := x.stale || !x.rdl.Equal(deadline)
+		x.stale = false
+		x.mu.Unlock()
+		if reset {
+			_ = c.tc.SetReadDeadline(deadline)
+			x.rdl = deadline
+		}
+		rerr := rx.readWaiting()
+		x.mu.Lock()
+		x.sockWait = false
+		x.mu.Unlock()
+		cq.mu.Lock()
+		cq.sockConn = nil
+		cq.mu.Unlock()
+		if rerr != nil && rerr != errPoked && !errors.Is(rerr, os.ErrDeadlineExceeded) {
+			// The end of the stream, a reset, a local close: the
+			// receive goroutine ends the connection.
+			x.end, x.fatal = true, rx.readErr(rerr, rx.r == rx.w)
+			c.handBack()
+			return false, nil
+		}
+	}
+}

@@ -1,0 +1,288 @@
+package iwarp_test
+
+import (
+	"bytes"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/rdmanet/dat/driver"
+	"github.com/rdmanet/rdmanet/dat/iwarp"
+	"github.com/rdmanet/rdmanet/dat/iwarp/internal/wire"
+)
+
+// The tests below cover the receive role (rxrole.go): a goroutine waiting
+// on a CQ reads the connection's socket itself, and hands the role to the
+// receive goroutine when it stops waiting.
+
+// waiterOn starts a goroutine waiting up to d for h's next completion
+// and returns once it holds the receive role of q's connection; the
+// channel gets the completion, if one came.
+func waiterOn(t *testing.T, q *iwarp.QP, h *sink, d time.Duration) <-chan *driver.Completion {
+	t.Helper()
+	ch := make(chan *driver.Completion, 1)
+	go func() {
+		// The sink's t.Fatal paths cannot fire here: every completion
+		// carries the sink's Tag and Wait fails only on a closed CQ.
+		c, ok := h.nextWithin(t, d)
+		if !ok {
+			ch <- nil
+			return
+		}
+		ch <- &c
+	}()
+	waitFor(t, "a waiter holding the receive role", func() bool { return iwarp.RxRole(q) == "waiter" })
+	return ch
+}
+
+// A waiter whose deadline passes while it holds the role and part of an
+// FPDU has arrived leaves that part where the next reader finds it: the
+// message completes intact once the rest comes, whoever reads it. Cut in
+// the length field, in the header and in the payload, for a message that
+// fits the read-ahead and one that does not.
+func TestWaiterDeadlineMidFrame(t *testing.T) {
+	leakCheck(t)
+	s := newSide(t)
+	for _, size := range []int{64, 6000} {
+		for _, cut := range []int{1, 3, 9, 40} {
+			// A connection each: after a message larger than the
+			// read-ahead, waiters leave the role to the receive
+			// goroutine for a while.
+			h := newSink()
+			dst := newRegion(t, s.pd, 2*8192, driver.AccessLocalWrite)
+			p, q := rawConnect(t, s, s.cfg(), h, false, 1, 1, func(q *iwarp.QP) {
+				for i := range 2 {
+					mustPost(t, q.PostRecv(driver.RecvWR{ID: uint64(i), Local: []driver.SGE{dst.sge(i*8192, 8192)}}))
+				}
+			})
+			for i := range 2 {
+				payload := bytes.Repeat([]byte{byte(i + 1)}, size)
+				b := p.fpdu(t, wire.FPDU{Header: wire.Header{Opcode: wire.OpSend, Last: true, MSN: uint32(i + 1)}, Payload: payload})
+				if i == 0 {
+					// The part comes while a waiter holds the role.
+					ch := waiterOn(t, q, h, 50*time.Millisecond)
+					p.send(t, b[:cut])
+					if c := <-ch; c != nil {
+						t.Fatalf("size %d, cut at %d: completion %+v for part of a message", size, cut, *c)
+					}
+				} else {
+					// The part comes while nobody waits.
+					p.send(t, b[:cut])
+					h.none(t, 20*time.Millisecond)
+				}
+				p.send(t, b[cut:])
+				h.expectSuccess(t, uint64(i), driver.OpRecv, uint32(size))
+				if got := dst.buf[i*8192 : i*8192+size]; !bytes.Equal(got, payload) {
+					t.Fatalf("size %d, cut at %d: received data differs", size, cut)
+				}
+			}
+			dst.checkGuards(t)
+		}
+	}
+}
+
+// Closing a QP while a goroutine waits on its CQ, reading the socket,
+// returns once the connection is quiescent; the waiter returns when the
+// CQ closes, and the peer sees the connection end.
+func TestCloseWhileWaiterReads(t *testing.T) {
+	leakCheck(t)
+	a, b := newSide(t), newSide(t)
+	dst := newRegion(t, b.pd, 64, driver.AccessLocalWrite)
+	p := connectData(t, a, b, a.cfg(), b.cfg(), nil, func(q *iwarp.QP) {
+		prepHello(q)
+		mustPost(t, q.PostRecv(driver.RecvWR{ID: 7, Local: []driver.SGE{dst.sge(0, 64)}}))
+	})
+	hello(t, p)
+	done := make(chan error, 1)
+	go func() {
+		for {
+			// Nothing completes: receive 7 is dropped by the Close
+			// (package dat would flush it).
+			if err := p.respSink.cq.Wait(time.Time{}); err != nil {
+				done <- err
+				return
+			}
+			if n := p.respSink.cq.Len(); n > 0 {
+				done <- nil
+				return
+			}
+		}
+	}()
+	waitFor(t, "a waiter holding the receive role", func() bool { return iwarp.RxRole(p.resp) == "waiter" })
+	closed := make(chan struct{})
+	go func() {
+		p.resp.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(testTimeout):
+		t.Fatal("QP.Close did not return while a waiter read its socket")
+	}
+	if err := p.iniSink.waitDisconnected(t); err == nil {
+		t.Fatal("the initiator saw an orderly close; the responder was closed abruptly")
+	}
+	p.respSink.cq.Close()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a completion arrived after Close")
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("the waiter did not return when its CQ closed")
+	}
+}
+
+// A CQ that two connections complete on, waited on by one goroutine after
+// another (one at a time, as package dat allows), gets every receive of
+// both; so does a CQ of one connection waited on by two goroutines in
+// turn, which pass its receive role between them.
+func TestTurnsOfWaiters(t *testing.T) {
+	leakCheck(t)
+	const msgs = 200
+	run := func(t *testing.T, conns int) {
+		a, b := newSide(t), newSide(t)
+		cq, err := b.ia.CreateCQ(driver.CQConfig{Size: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cq.Close() })
+		l := listen(t, b.ia, driver.ListenConfig{})
+		ctx := testCtx(t)
+		dst := newRegion(t, b.pd, conns*msgs*8, driver.AccessLocalWrite)
+		src := newRegion(t, a.pd, conns*msgs*8, driver.AccessLocalWrite)
+		type end struct {
+			ini  *iwarp.QP
+			sink *sink
+		}
+		ends := make([]end, conns)
+		for k := range conns {
+			cfg := b.cfg()
+			cfg.MaxRecvWR = msgs
+			cfg.SendCQ, cfg.RecvCQ, cfg.Tag = cq, cq, uint32(k+1)
+			q, err := b.ia.CreateQP(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { q.Close() })
+			for i := range msgs {
+				off := (k*msgs + i) * 8
+				mustPost(t, q.PostRecv(driver.RecvWR{ID: uint64(i), Local: []driver.SGE{dst.sge(off, 8)}}))
+			}
+			ends[k].sink = newSink()
+			acfg := a.cfg()
+			acfg.MaxSendWR = msgs
+			ends[k].ini = newQP(t, a.ia, acfg, ends[k].sink)
+			ch := connectAsync(ctx, ends[k].ini, l.Addr(), nil)
+			if _, err := accept(t, ctx, l).Accept(ctx, q, nil); err != nil {
+				t.Fatal(err)
+			}
+			if r := waitConnect(t, ch); r.err != nil {
+				t.Fatal(r.err)
+			}
+		}
+		for i := range msgs {
+			for k, e := range ends {
+				off := (k*msgs + i) * 8
+				src.buf[off] = byte(i)
+				src.buf[off+1] = byte(k)
+				mustPost(t, e.ini.PostSend(driver.SendWR{ID: uint64(i), Op: driver.OpSend, Local: []driver.SGE{src.sge(off, 8)}}))
+			}
+		}
+		// Two goroutines take turns waiting, a few completions each.
+		var mu sync.Mutex
+		got := make([][]int, conns)
+		total := 0
+		errs := make(chan error, 2)
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				var dst [4]driver.Completion
+				for {
+					mu.Lock()
+					if total == conns*msgs {
+						mu.Unlock()
+						errs <- nil
+						return
+					}
+					if err := cq.Wait(time.Now().Add(testTimeout)); err != nil {
+						mu.Unlock()
+						errs <- err
+						return
+					}
+					n := cq.Poll(dst[:])
+					for _, c := range dst[:n] {
+						if c.Status != driver.StatusSuccess || c.Op != driver.OpRecv || c.QPTag < 1 || int(c.QPTag) > conns {
+							mu.Unlock()
+							errs <- &completionError{c}
+							return
+						}
+						got[c.QPTag-1] = append(got[c.QPTag-1], int(c.WRID))
+						total++
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		for k := range conns {
+			for i, id := range got[k] {
+				off := (k*msgs + id) * 8
+				if id != i || dst.buf[off] != byte(i) || dst.buf[off+1] != byte(k) {
+					t.Fatalf("connection %d: completion %d is receive %d, data %v", k, i, id, dst.buf[off:off+2])
+				}
+			}
+		}
+	}
+	t.Run("one connection", func(t *testing.T) { run(t, 1) })
+	t.Run("two connections", func(t *testing.T) { run(t, 2) })
+}
+
+type completionError struct{ c driver.Completion }
+
+func (e *completionError) Error() string { return "unexpected completion" }
+
+// With nobody waiting on the responder's CQ, after a waiter had the
+// receive role, the responder still places the initiator's RDMA Writes,
+// answers its RDMA Reads and sees it close.
+func TestNoWaiterAfterWaiter(t *testing.T) {
+	leakCheck(t)
+	a, b := newSide(t), newSide(t)
+	remote := newRegion(t, b.pd, 4096, rwAccess)
+	src := newRegion(t, a.pd, 4096, driver.AccessLocalWrite)
+	back := newRegion(t, a.pd, 4096, driver.AccessLocalWrite)
+	p := connectData(t, a, b, a.cfg(), b.cfg(), nil, prepHello)
+	// A waiter on the responder takes the role and parks it when it has
+	// its message; from then on nobody waits there.
+	ch := waiterOn(t, p.resp, p.respSink, testTimeout)
+	mustPost(t, p.ini.PostSend(driver.SendWR{ID: helloID, Op: driver.OpSend}))
+	if c := <-ch; c == nil || c.WRID != helloID {
+		t.Fatalf("responder's waiter got %v, want the hello", c)
+	}
+	for i := range 3 {
+		n := 100 + 1000*i
+		fillRandom(src.buf[:n], uint64(i))
+		mustPost(t, p.ini.PostSend(driver.SendWR{ID: 1, Op: driver.OpRDMAWrite, Local: []driver.SGE{src.sge(0, n)}, Remote: remote.remote(0, n)}))
+		mustPost(t, p.ini.PostSend(driver.SendWR{ID: 2, Op: driver.OpRDMARead, Flags: driver.SendSignaled,
+			Local: []driver.SGE{back.sge(0, n)}, Remote: remote.remote(0, n)}))
+		p.iniSink.expectSuccess(t, 2, driver.OpRDMARead, uint32(n))
+		if !bytes.Equal(back.buf[:n], src.buf[:n]) {
+			t.Fatalf("round %d: read back data differs", i)
+		}
+	}
+	if _, ok := p.respSink.poll(t); ok {
+		t.Fatal("the responder completed something for one-sided operations")
+	}
+	if err := p.ini.Disconnect(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.respSink.waitDisconnected(t); err != nil {
+		t.Fatalf("responder saw %v, want the peer's orderly close", err)
+	}
+	remote.checkGuards(t)
+}
