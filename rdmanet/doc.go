@@ -81,9 +81,8 @@
 // nothing for an address literal, and every iWARP connection needs its
 // own TCP connection and MPA exchange. The rest is the TCP connect
 // (~50 µs), the MPA round trip through the server's accept loop, dat's
-// PSP and the listener (each a goroutine hand-off), and the first byte,
-// which the iwarp provider hands from its receive goroutine to the
-// reader on each side.
+// PSP and the listener (each a goroutine hand-off), and the first byte's
+// round trip (~50 µs, where TCP's echo takes ~35 µs).
 //
 // # TCP fallback
 //
