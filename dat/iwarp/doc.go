@@ -154,11 +154,11 @@
 // process (BenchmarkAdmissionFlood, 300 dials each; figures vary from run
 // to run on a shared machine): 1000 concurrent dials at a listener on
 // defaults all connect, none refused. Legitimate dials take p50 0.2 ms /
-// p99 0.7-3 ms with no flood; p50 0.4 ms / p99 3-6 ms under 1000 silent
-// connections (reopened when dropped) and 32 garbage senders; p50 0.35-0.4
-// ms / p99 7-150 ms under 10,000 silent connections reopened the moment
-// they are dropped and 64 garbage senders, for about 75 MB. Every dial
-// connects. The size of the table matters: with max_handshakes=1024 the
+// p99 0.4 ms with no flood; p50 0.3-0.4 ms / p99 3.7-4.3 ms under 1000
+// silent connections (reopened when dropped) and 32 garbage senders; p50
+// 0.24-0.32 ms / p99 10-15 ms under 10,000 silent connections reopened the
+// moment they are dropped (about 20,000 drops a second) and 64 garbage
+// senders. Every dial connects. The size of the table matters: with max_handshakes=1024 the
 // same 10,000 come back faster than they can be dropped and keep the
 // kernel's accept queue full, so dials wait in it or have their SYN
 // dropped (p50 0.5-140 ms, p99 0.4-1.5 s), although none fails.
