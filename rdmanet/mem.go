@@ -1,6 +1,7 @@
 package rdmanet
 
 import (
+	"slices"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -139,8 +140,7 @@ func (s *sharedIA) getMemory(bufSize, ctrlSize int) (*connMemory, error) {
 	s.mu.Lock()
 	for i := len(s.idleMem) - 1; i >= 0; i-- {
 		if m := s.idleMem[i]; m.bufSize == bufSize && len(m.ctrl.buf) == roundPage(ctrlSize) {
-			s.idleMem = append(s.idleMem[:i], s.idleMem[i+1:]...)
-			s.idleMem = s.idleMem[:len(s.idleMem):len(s.idleMem)]
+			s.idleMem = slices.Delete(s.idleMem, i, i+1)
 			s.idleBytes -= len(m.mapping)
 			s.mu.Unlock()
 			return m, nil

@@ -170,13 +170,9 @@ var nextTag atomic.Uint32
 func newEnd(t *testing.T, d testDev) *end {
 	t.Helper()
 	e := &end{ia: openTestIA(t, d)}
-	pd, err := e.ia.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.dpd = pd
-	e.pd, _ = pdOf(pd)
+	e.dpd, e.pd = allocPD(t, e.ia)
 	e.buf = make([]byte, bufSize)
+	var err error
 	e.mr, err = e.pd.Register(e.buf, driver.AccessLocalWrite|driver.AccessRemoteWrite|driver.AccessRemoteRead)
 	if err != nil {
 		t.Fatal(err)
@@ -192,9 +188,21 @@ func newEnd(t *testing.T, d testDev) *end {
 		e.qp.Close()
 		e.cq.Close()
 		e.mr.Close()
-		e.pd.Close()
 	})
 	return e
+}
+
+// allocPD allocates a PD on ia, closed when the test ends; it returns
+// the PD as package dat holds it and as this package's type.
+func allocPD(t *testing.T, ia *IA) (driver.PD, *PD) {
+	t.Helper()
+	dpd, err := ia.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, _ := pdOf(dpd)
+	t.Cleanup(func() { pd.Close() })
+	return dpd, pd
 }
 
 // renew replaces the end's QP by a fresh one on the same CQ (a QP

@@ -60,12 +60,7 @@ func TestManySmallCQs(t *testing.T) {
 func TestLocalErrors(t *testing.T) {
 	forEachDevice(t, func(t *testing.T, d testDev) {
 		ia := openTestIA(t, d)
-		dpd, err := ia.AllocPD()
-		if err != nil {
-			t.Fatal(err)
-		}
-		pd, _ := pdOf(dpd)
-		defer pd.Close()
+		dpd, pd := allocPD(t, ia)
 
 		t.Run("Register", func(t *testing.T) {
 			ps := unix.Getpagesize()

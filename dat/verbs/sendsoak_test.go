@@ -43,12 +43,7 @@ func TestSendSoak(t *testing.T) {
 	}
 	forEachDevice(t, func(t *testing.T, d testDev) {
 		ia := openTestIA(t, d)
-		dpd, err := ia.AllocPD()
-		if err != nil {
-			t.Fatal(err)
-		}
-		pd, _ := pdOf(dpd)
-		defer pd.Close()
+		dpd, _ := allocPD(t, ia)
 		l := listenOn(t, ia, driver.ListenConfig{})
 
 		ends := make([]*msgEnd, 0, 2*pairs)
