@@ -169,7 +169,13 @@ var nextTag atomic.Uint32
 
 func newEnd(t *testing.T, d testDev) *end {
 	t.Helper()
-	e := &end{ia: openTestIA(t, d)}
+	return newEndOn(t, openTestIA(t, d))
+}
+
+// newEndOn is newEnd on an IA the test opened.
+func newEndOn(t *testing.T, ia *IA) *end {
+	t.Helper()
+	e := &end{ia: ia}
 	e.dpd, e.pd = allocPD(t, e.ia)
 	e.buf = make([]byte, bufSize)
 	var err error
