@@ -424,9 +424,10 @@ func (c *CQ) mapLocked(w wcRec) (driver.Completion, bool) {
 		return driver.Completion{}, false
 	}
 	if w.status != wcSuccess && w.status != wcFlushErr && q.hungUp.Load() {
-		// A request caught by the consumer's own Disconnect: it did
-		// not finish because the connection was taken down, which is
-		// what a flush says, and the connection did not break. siw
+		// A request caught by this side's own teardown (a Disconnect,
+		// or the keeper giving up on the peer): it did not finish
+		// because the connection was taken down, which is what a
+		// flush says, and the teardown has its own reason. siw
 		// completes the Send it was transmitting with LOC_QP_OP_ERR
 		// rather than flushing it (drivertest's
 		// Race/DisconnectWhilePosting).

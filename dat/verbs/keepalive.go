@@ -192,6 +192,12 @@ func (k *keeper) tick() {
 				now.Sub(k.alive).Round(time.Millisecond), now.Sub(k.probeAt).Round(time.Millisecond), syscall.ETIMEDOUT)
 			q.ia.debug("keepalive: peer gone", slog.Uint64("qp", uint64(c.qpNum)), slog.String("error", err.Error()))
 			q.noteFault(err)
+			// This side takes the connection down, as a Disconnect
+			// would: what the teardown fails is flushed, not a failure
+			// of its own. siw completes a Write it was transmitting
+			// with LOC_QP_OP_ERR once lost disconnects, and that must
+			// not hide the reason, ETIMEDOUT, behind a generic one.
+			q.hungUp.Store(true)
 			go q.lost(err)
 			return
 		}

@@ -121,6 +121,13 @@ func keepAliveDeadPeer(t *testing.T, kind rdmapair.Kind) {
 
 	pair.Cut(t)
 	start := time.Now()
+	// Data in flight when the keeper gives up: more than the socket
+	// takes, so that siw is still transmitting one of these when the
+	// connection is taken down.
+	const inFlight = 16
+	for i := range inFlight {
+		c.postSend(t, driver.SendWR{ID: uint64(100 + i), Op: driver.OpSend, Flags: driver.SendSignaled, Local: []driver.SGE{c.sge(0, bufSize)}})
+	}
 	for _, e := range []*end{c, s} {
 		err := e.h.disconnected(t)
 		took := time.Since(start)
@@ -130,6 +137,16 @@ func keepAliveDeadPeer(t *testing.T, kind rdmapair.Kind) {
 		}
 		if took > bound {
 			t.Errorf("%s: broken only after %v, want within %v", e.ia.ip, took, bound)
+		}
+	}
+	// The keeper took the connection down: whatever did not complete
+	// was flushed by that. A request failing with a status of its own
+	// would be reported as a second, different cause (siw completes the
+	// Send it was transmitting with LOC_QP_OP_ERR).
+	c.h.poll()
+	for _, got := range c.h.got {
+		if got.Status != driver.StatusSuccess && got.Status != driver.StatusFlushed {
+			t.Errorf("request %d in flight when the keeper gave up: %v, want success or flushed", got.WRID, got.Status)
 		}
 	}
 }

@@ -84,9 +84,10 @@ type QP struct {
 	bindMu  sync.Mutex
 	bindSeq uint64 // guarded by bindMu
 	bind    atomic.Pointer[bindWait]
-	// hungUp is set when the consumer disconnects an established (or
-	// establishing) connection: from then on a request that did not
-	// succeed counts as flushed, whatever status the device gave it
+	// hungUp is set when this side takes an established (or
+	// establishing) connection down: the consumer's Disconnect, or the
+	// keeper giving up on a silent peer. From then on a request that did
+	// not succeed counts as flushed, whatever status the device gave it
 	// (CQ.mapLocked).
 	hungUp atomic.Bool
 	// keep is the connection's keeper (keepalive.go); nil without
