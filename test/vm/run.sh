@@ -205,6 +205,14 @@ elif [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then
 	rc=124
 else
 	rc=255
+	# A kernel report (oops=panic makes any oops end the guest) is shown
+	# from its first line: the tail alone holds only the end of its call
+	# trace, not what failed where.
+	oops=$(grep -n -m1 -E 'BUG:|Oops|general protection fault|kernel BUG at|Kernel panic|WARNING: CPU' "$CTL/console.log" 2>/dev/null | cut -d: -f1 || true)
+	if [ -n "$oops" ]; then
+		echo "run.sh: the guest's kernel failed; its report (console lines $oops-$((oops + 59))):" >&2
+		sed -n "${oops},$((oops + 59))p" "$CTL/console.log" >&2 || true
+	fi
 	echo "run.sh: the guest did not report an exit status (qemu exit $qrc); console log tail:" >&2
 	tail -n 40 "$CTL/console.log" >&2 || true
 fi
