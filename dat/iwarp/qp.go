@@ -296,9 +296,18 @@ func (q *QP) PostRecv(wr driver.RecvWR) error {
 	case q.rq.len() >= q.cfg.MaxRecvWR:
 		return fmt.Errorf("iwarp: post recv: %d receives posted: %w", q.rq.len(), driver.ErrQueueFull)
 	}
+	// A consumer posts its receives in a batch when it sets a connection
+	// up: size the queue for them at once (up to a bound, so that a
+	// large MaxRecvWR costs nothing before it is used), rather than
+	// doubling from 8: the doublings were more than a quarter of the
+	// bytes an rdmanet dial on loopback allocated.
+	q.rq.reserve(min(q.cfg.MaxRecvWR, maxReservedRecvs))
 	q.rq.push(newRecvWR(wr))
 	return nil
 }
+
+// maxReservedRecvs bounds the receive queue PostRecv sizes at once.
+const maxReservedRecvs = 64
 
 // PostSend posts a Send, RDMA Write or RDMA Read. The local segments are
 // resolved against the QP's PD now (an unknown LKey or a segment outside

@@ -56,6 +56,14 @@ func (r *ring[T]) clear() {
 	r.head, r.n = 0, 0
 }
 
+// reserve makes room for n elements in an empty ring that has none yet, in
+// one allocation instead of the doublings pushes would make.
+func (r *ring[T]) reserve(n int) {
+	if r.buf == nil && n > 0 {
+		r.buf = make([]T, n)
+	}
+}
+
 func (r *ring[T]) grow() {
 	n := 2 * len(r.buf)
 	if n == 0 {
