@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -130,17 +131,19 @@ func BenchmarkPingPong(b *testing.B) {
 // only dup_connect differs.
 // BenchmarkDial measures a dial plus a first byte each way (the server
 // echoes it), against TCP doing the same; BenchmarkDialDup the same
-// through dup-connect (a live connection to the address exists).
+// through dup-connect (a live connection to the address exists), with a
+// fresh dial (iwarp-fresh) as its baseline in the same run.
 func BenchmarkDial(b *testing.B)    { benchDial(b, false) }
 func BenchmarkDialDup(b *testing.B) { benchDial(b, true) }
 
 func benchDial(b *testing.B, dup bool) {
-	kinds := []string{"iwarp"}
+	kinds := []string{"iwarp", "iwarp-fresh"}
 	if !dup {
 		kinds = []string{"tcp", "iwarp"}
 	}
-	for _, kind := range kinds {
-		b.Run(kindName(kind), func(b *testing.B) {
+	for _, name := range kinds {
+		kind, fresh := strings.CutSuffix(name, "-fresh")
+		b.Run(kindName(name), func(b *testing.B) {
 			var l net.Listener
 			var err error
 			if kind == "tcp" {
@@ -165,7 +168,7 @@ func benchDial(b *testing.B, dup bool) {
 				if kind == "tcp" {
 					return net.Dial("tcp", l.Addr().String())
 				}
-				d := &Dialer{IA: kind, NoDup: !dup, Timeout: 10 * time.Second}
+				d := &Dialer{IA: kind, NoDup: !dup || fresh, Timeout: 10 * time.Second}
 				return d.Dial("rdma", l.Addr().String())
 			}
 			keep, err := dial()
