@@ -59,10 +59,12 @@ type Dialer struct {
 	// defaults). With the iwarp provider the probes are TCP keepalives on
 	// its socket, and unacknowledged data is given up after the same time
 	// (TCP_USER_TIMEOUT), so a Write blocked with data in flight fails as
-	// soon. With the verbs provider they are zero-length RDMA operations
-	// sent after Idle without a completion (Writes on InfiniBand or RoCE,
-	// Reads on iWARP devices such as siw), and one not answered within
-	// Interval × Count breaks the connection.
+	// soon. With the verbs provider they are zero-length RDMA Writes
+	// sent after Idle of silence, and one not answered within
+	// Interval × Count breaks the connection: on InfiniBand or RoCE its
+	// completion is the answer; on iWARP devices such as siw, the
+	// acknowledgement of the connection's TCP socket, as the kernel
+	// reports it.
 	KeepAlive time.Duration
 	// KeepAliveConfig sets the probes in detail, as
 	// net.Dialer.KeepAliveConfig: when Enable is true it applies as it

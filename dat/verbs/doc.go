@@ -44,11 +44,18 @@
 // rdma_connect as "retry forever", and iWARP's TCP retransmits for about
 // 15 minutes. Over InfiniBand and RoCE the probe is an RDMA Write, which
 // completes once acknowledged. On iWARP (siw) a Write completes as soon
-// as the kernel's TCP has it, so the probe is an RDMA Read instead, which
-// completes only when its response arrives: an iWARP connection with
-// keepalive asks for ORD and IRD of at least 1 whatever the consumer
-// configured, and gets no keeper if the peer grants no Read (ORD 0 once
-// negotiated). The probe takes a send queue slot of its own
+// as the kernel's TCP has it, so there the keeper asks the kernel, through
+// sock_diag (internal/tcpdiag), about the connection's TCP socket: the
+// connection is idle while nothing came from the peer, the probe (a
+// zero-length Write again) only makes TCP send a segment, and a peer whose
+// TCP acknowledges nothing outstanding for Idle + Interval × Count is
+// gone. Only where the kernel does not show the socket does the keeper
+// fall back to a zero-length RDMA Read, which completes when its response
+// arrives: the connection then asks for ORD and IRD of at least 1, and
+// gets no keeper if the peer grants no Read (ORD 0 once negotiated). It
+// is a fallback because siw answers a zero-length Read that arrives while
+// it is transmitting from stale state, which terminates the connection
+// (see keeper in keepalive.go). The probe takes a send queue slot of its own
 // (extraSendWR).
 //
 // # Completions and event loops

@@ -35,22 +35,31 @@ import (
 // here) as "retry forever", and an iWARP device's TCP retransmits for
 // about 15 minutes (tcp_retries2) before it gives up.
 //
-// Which probe depends on the transport:
+// Which probe, and what answers it, depends on the transport:
 //   - InfiniBand and RoCE: an RDMA Write. It completes only once the
 //     peer's device acknowledged it.
-//   - iWARP: an RDMA Read. A Write completes there as soon as the local
-//     TCP has taken it, which proves nothing; a Read completes only when
-//     the peer's Read Response arrives. So an iWARP connection with
-//     keepalive asks for an ORD of at least 1, and offers an IRD of at
-//     least 1 so that a peer doing the same can probe it (readDepths). A
-//     peer that grants no inbound Read (IRD 0, where siw's relaxed
-//     negotiation or ours did not raise it) leaves the ORD at 0, and the
-//     connection goes without keepalive (logged at debug level). It must:
+//   - iWARP: a zero-length RDMA Write too, but its completion proves
+//     nothing (it completes as soon as the local TCP has taken it), so
+//     the keeper asks the kernel instead how long the connection's TCP
+//     socket has heard nothing from the peer while something it sent is
+//     unacknowledged (sock_diag's tcp_info, package tcpdiag: siw's sockets
+//     are kernel sockets, without a descriptor). The probe only makes TCP
+//     send a segment that must be acknowledged; a peer whose TCP
+//     acknowledges nothing for Idle + Interval × Count while something is
+//     outstanding (a probe, or data) is gone, as TCP keepalive would judge.
+//     Where the kernel does not show the connection (no sock_diag, or a
+//     port mapper that rewrote the port), the probe is a zero-length RDMA
+//     Read instead, which completes only when the peer's Read Response
+//     arrives (readDepths then asks for an ORD and IRD of 1). That is the
+//     fallback, not the rule, because siw answers a zero-length Read
+//     wrongly when it arrives while siw is transmitting: it takes the
+//     length and key of the response from the request it sent before,
+//     so it sends stale bytes, or fails with an invalid STag, and either
+//     way the connection is terminated (seen under load: "rresp len N !=
+//     0", "STag unknown: 0x00000000"). A peer that grants no inbound Read
+//     (IRD 0) leaves the ORD at 0, and the fallback has no probe at all:
 //     siw refuses a Read on a QP with ORD 0 only once the request is in
-//     its send queue, where it then blocks every later request. Package dat still holds
-//     the consumer to the ORD it configured; only the probe uses the
-//     extra depth. The cost of the raised IRD: the peer may read, once at
-//     a time, regions that the consumer registered for remote read.
+//     its send queue, where it then blocks every later request.
 //
 // Completions reach the counters the keeper reads (QP.sendDone and
 // recvDone) only when someone polls the CQ, so each tick polls the QP's
@@ -62,8 +71,12 @@ type keeper struct {
 	// idle is the silence before a probe; limit how long a probe may go
 	// unacknowledged with no other completion (Interval × Count).
 	idle, limit time.Duration
-	// read: probe with an RDMA Read (iWARP) instead of a Write.
+	// read: probe with an RDMA Read (iWARP without sock_diag) instead of
+	// a Write.
 	read bool
+	// tcp is the connection's TCP four-tuple on iWARP, where the kernel's
+	// view of that socket tells whether the peer answers (tickTCP).
+	tcp *tcpConn
 
 	// done counts probes completed (any status), from mapWC.
 	done atomic.Uint64
@@ -107,7 +120,7 @@ func keepaliveOf(ka net.KeepAliveConfig) (idle, limit time.Duration, on bool) {
 // and a peer's probe an IRD of at least 1 (see keeper).
 func (q *QP) readDepths(cfg driver.QPConfig, ka net.KeepAliveConfig) (ird, ord int) {
 	ird, ord = cfg.IRD, cfg.ORD
-	if _, _, on := keepaliveOf(ka); on && q.ia.attr.Transport == driver.TransportIWARP {
+	if _, _, on := keepaliveOf(ka); on && q.ia.attr.Transport == driver.TransportIWARP && !tcpdiagUsable() {
 		ird, ord = max(ird, min(1, q.ia.attr.MaxIRD)), max(ord, min(1, q.ia.attr.MaxORD))
 	}
 	return ird, ord
@@ -120,13 +133,23 @@ func (q *QP) startKeepalive(c *conn, ka net.KeepAliveConfig) {
 	if !on {
 		return
 	}
-	read := q.ia.attr.Transport == driver.TransportIWARP
-	if read && c.ord < 1 {
-		q.ia.debug("keepalive: off: the peer grants no RDMA Read for a probe", slog.Uint64("qp", uint64(c.qpNum)))
-		return
-	}
 	now := time.Now()
-	k := &keeper{q: q, c: c, idle: idle, limit: limit, read: read, last: now, quiet: now, alive: now}
+	k := &keeper{q: q, c: c, idle: idle, limit: limit, last: now, quiet: now, alive: now}
+	if q.ia.attr.Transport == driver.TransportIWARP {
+		t, err := watchTCP(c)
+		switch {
+		case err == nil:
+			k.tcp = t
+		case c.ord < 1:
+			q.ia.debug("keepalive: off: the kernel does not show the connection's TCP socket, and the peer grants no RDMA Read for a probe",
+				slog.Uint64("qp", uint64(c.qpNum)), slog.String("error", err.Error()))
+			return
+		default:
+			q.ia.debug("keepalive: probing with an RDMA Read: the kernel does not show the connection's TCP socket",
+				slog.Uint64("qp", uint64(c.qpNum)), slog.String("error", err.Error()))
+			k.read = true
+		}
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.state != qpConnected || q.conn != c {
@@ -159,14 +182,12 @@ func (q *QP) probeDone() {
 
 // tick is the keeper's timer function.
 func (k *keeper) tick() {
-	q, c := k.q, k.c
-	// What completed meanwhile counts; take it off the device.
-	if c.scq != nil {
-		c.scq.collect()
-		if c.rcq != c.scq {
-			c.rcq.collect()
-		}
+	if k.tcp != nil {
+		k.tickTCP()
+		return
 	}
+	q, c := k.q, k.c
+	k.collect()
 	now := time.Now()
 	q.mu.Lock()
 	if k.stopped || q.state != qpConnected || q.conn != c {
@@ -190,15 +211,7 @@ func (k *keeper) tick() {
 			q.mu.Unlock()
 			err := fmt.Errorf("verbs: connection broken: keepalive: no completion for %v, a probe unacknowledged for %v: %w",
 				now.Sub(k.alive).Round(time.Millisecond), now.Sub(k.probeAt).Round(time.Millisecond), syscall.ETIMEDOUT)
-			q.ia.debug("keepalive: peer gone", slog.Uint64("qp", uint64(c.qpNum)), slog.String("error", err.Error()))
-			q.noteFault(err)
-			// This side takes the connection down, as a Disconnect
-			// would: what the teardown fails is flushed, not a failure
-			// of its own. siw completes a Write it was transmitting
-			// with LOC_QP_OP_ERR once lost disconnects, and that must
-			// not hide the reason, ETIMEDOUT, behind a generic one.
-			q.hungUp.Store(true)
-			go q.lost(err)
+			k.giveUp(err)
 			return
 		}
 		next = k.limit - waited
@@ -215,6 +228,32 @@ func (k *keeper) tick() {
 	}
 	k.timer.Reset(max(next, minTick))
 	q.mu.Unlock()
+}
+
+// collect takes what completed on the connection's CQs off the device,
+// so that it counts (sendDone, recvDone, done).
+func (k *keeper) collect() {
+	if c := k.c; c.scq != nil {
+		c.scq.collect()
+		if c.rcq != c.scq {
+			c.rcq.collect()
+		}
+	}
+}
+
+// giveUp ends the connection of a peer that stopped answering, with err.
+// Callers have set k.stopped, and no longer hold q.mu.
+func (k *keeper) giveUp(err error) {
+	q := k.q
+	q.ia.debug("keepalive: peer gone", slog.Uint64("qp", uint64(k.c.qpNum)), slog.String("error", err.Error()))
+	q.noteFault(err)
+	// This side takes the connection down, as a Disconnect would: what
+	// the teardown fails is flushed, not a failure of its own. siw
+	// completes a Write it was transmitting with LOC_QP_OP_ERR once lost
+	// disconnects, and that must not hide the reason, ETIMEDOUT, behind a
+	// generic one.
+	q.hungUp.Store(true)
+	go q.lost(err)
 }
 
 // probeLocked posts a probe, a signalled zero-length RDMA Write or Read,

@@ -5,18 +5,21 @@ package verbs
 import (
 	"errors"
 	"net"
+	"net/netip"
+	"os"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
 	"github.com/rdmanet/rdmanet/internal/rdmapair"
+	"github.com/rdmanet/rdmanet/internal/tcpdiag"
 )
 
 // TestKeepAliveKeeper: which connections get a keeper, and what it
-// probes with. Keepalive is on by default, as with TCP, and a negative
-// KeepAlive turns it off. An iWARP keeper probes with an RDMA Read, which
-// needs ORD 1 even where the consumer asked for 0.
+// watches. Keepalive is on by default, as with TCP, and a negative
+// KeepAlive turns it off. An iWARP keeper watches the connection's TCP
+// socket and probes with an RDMA Write, as an InfiniBand or RoCE one does.
 func TestKeepAliveKeeper(t *testing.T) {
 	forEachDevice(t, func(t *testing.T, d testDev) {
 		for _, tc := range []struct {
@@ -49,8 +52,9 @@ func TestKeepAliveKeeper(t *testing.T) {
 					if k.idle != driver.DefaultKeepAliveIdle || k.limit != driver.DefaultKeepAliveInterval*driver.DefaultKeepAliveCount {
 						t.Errorf("keeper idle %v, limit %v: want package net's defaults", k.idle, k.limit)
 					}
-					if k.read != (d.transport == driver.TransportIWARP) {
-						t.Errorf("keeper probes with a Read: %v, want it on iWARP only", k.read)
+					iwarp := d.transport == driver.TransportIWARP
+					if (k.tcp != nil) != iwarp || k.read {
+						t.Errorf("keeper watches TCP: %v, probes with a Read: %v; want TCP watched on iWARP only, and no Read", k.tcp != nil, k.read)
 					}
 				}
 			})
@@ -75,10 +79,28 @@ func noReads(t *testing.T, ends ...*end) {
 // the connection broken with ETIMEDOUT within a few times Idle +
 // Interval × Count. On rxe the probe is an RDMA Write; on siw an RDMA
 // Read, here on QPs configured with ORD 0, as rdmanet's are.
+//
+// On siw the keeper watches the kernel's TCP socket; siw-read takes the
+// fallback for a kernel that does not show it, an RDMA Read probe.
 func TestKeepAliveDeadPeer(t *testing.T) {
 	for _, kind := range []rdmapair.Kind{rdmapair.RXE, rdmapair.SIW} {
 		t.Run(string(kind), func(t *testing.T) { keepAliveDeadPeer(t, kind) })
 	}
+	t.Run("siw-read", func(t *testing.T) {
+		withoutSockDiag(t)
+		keepAliveDeadPeer(t, rdmapair.SIW)
+	})
+}
+
+// withoutSockDiag makes the keepers of the test's connections take the
+// fallback of a kernel without sock_diag.
+func withoutSockDiag(t *testing.T) {
+	lookup, usable := lookupTCP, tcpdiagUsable
+	lookupTCP = func(local, remote netip.AddrPort) (tcpdiag.Info, error) {
+		return tcpdiag.Info{}, syscall.EPROTONOSUPPORT
+	}
+	tcpdiagUsable = func() bool { return false }
+	t.Cleanup(func() { lookupTCP, tcpdiagUsable = lookup, usable })
 }
 
 func keepAliveDeadPeer(t *testing.T, kind rdmapair.Kind) {
@@ -151,35 +173,77 @@ func keepAliveDeadPeer(t *testing.T, kind rdmapair.Kind) {
 	}
 }
 
-// TestKeepAliveNoReadGranted: on siw, a connection whose peer grants no
-// RDMA Read (a peer with keepalive off and IRD 0) cannot be probed: it
-// gets no keeper, and traffic goes on. Probing it anyway would wedge it
-// (see keeper); the test idles past Idle to show that nothing was posted.
+// TestKeepAliveNoReadGranted: on siw, keepalive needs no RDMA Read: a
+// connection whose peer grants none (keepalive off, IRD 0) keeps ORD 0,
+// has a keeper that watches its TCP socket, and traffic goes on after
+// probes. With the fallback of a kernel without sock_diag, such a
+// connection cannot be probed: it gets no keeper (probing it anyway would
+// wedge it, see keeper), and the test idles past Idle to show that
+// nothing was posted.
 func TestKeepAliveNoReadGranted(t *testing.T) {
 	forEachDevice(t, func(t *testing.T, d testDev) {
 		if d.transport != driver.TransportIWARP {
 			t.Skip("the Read probe is iWARP's")
 		}
-		c, s := newEnd(t, d), newEnd(t, d)
-		noReads(t, c, s)
-		ka := net.KeepAliveConfig{Enable: true, Idle: 100 * time.Millisecond, Interval: time.Second, Count: 2}
-		l := listenOn(t, s.ia, driver.ListenConfig{KeepAliveConfig: ka})
-		done := serve(t, l, s, nil)
-		if _, err := c.qp.ConnectWith(testCtx(t), l.Addr(), nil, driver.ConnectOptions{KeepAlive: -1}); err != nil {
-			t.Fatalf("connect: %v", err)
+		if os.Getenv("IN_RDMA_VM") == "1" && !tcpdiagUsable() {
+			t.Fatal("the test VM's kernel does not answer sock_diag")
 		}
-		if a := <-done; a.err != nil {
-			t.Fatalf("accept: %v", a.err)
-		}
-		if s.qp.conn.ord != 0 {
-			t.Errorf("server ORD %d, want 0 against a client with IRD 0", s.qp.conn.ord)
-		}
-		if k := s.qp.keep.Load(); k != nil {
-			t.Errorf("the server end has a keeper (ORD %d)", s.qp.conn.ord)
-		}
-		time.Sleep(5 * ka.Idle)
-		exchange(t, s, c)
+		t.Run("tcp", func(t *testing.T) {
+			c, s := newEnd(t, d), newEnd(t, d)
+			noReads(t, c, s)
+			ka := net.KeepAliveConfig{Enable: true, Idle: 100 * time.Millisecond, Interval: time.Second, Count: 2}
+			l := listenOn(t, s.ia, driver.ListenConfig{KeepAliveConfig: ka})
+			done := serve(t, l, s, nil)
+			if _, err := c.qp.ConnectWith(testCtx(t), l.Addr(), nil, driver.ConnectOptions{KeepAlive: -1}); err != nil {
+				t.Fatalf("connect: %v", err)
+			}
+			if a := <-done; a.err != nil {
+				t.Fatalf("accept: %v", a.err)
+			}
+			if s.qp.conn.ord != 0 {
+				t.Errorf("server ORD %d, want 0: keepalive needs no Read", s.qp.conn.ord)
+			}
+			k := s.qp.keep.Load()
+			if k == nil || k.tcp == nil {
+				t.Fatalf("the server end has keeper %v, want one that watches TCP", k)
+			}
+			time.Sleep(5 * ka.Idle)
+			exchange(t, s, c)
+			s.qp.mu.Lock()
+			posted := k.posted
+			s.qp.mu.Unlock()
+			if posted == 0 {
+				t.Error("no probe posted in 5 × Idle")
+			}
+		})
+		t.Run("read", func(t *testing.T) {
+			withoutSockDiag(t)
+			noReadGranted(t, d)
+		})
 	})
+}
+
+func noReadGranted(t *testing.T, d testDev) {
+	t.Helper()
+	c, s := newEnd(t, d), newEnd(t, d)
+	noReads(t, c, s)
+	ka := net.KeepAliveConfig{Enable: true, Idle: 100 * time.Millisecond, Interval: time.Second, Count: 2}
+	l := listenOn(t, s.ia, driver.ListenConfig{KeepAliveConfig: ka})
+	done := serve(t, l, s, nil)
+	if _, err := c.qp.ConnectWith(testCtx(t), l.Addr(), nil, driver.ConnectOptions{KeepAlive: -1}); err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	if a := <-done; a.err != nil {
+		t.Fatalf("accept: %v", a.err)
+	}
+	if s.qp.conn.ord != 0 {
+		t.Errorf("server ORD %d, want 0 against a client with IRD 0", s.qp.conn.ord)
+	}
+	if k := s.qp.keep.Load(); k != nil {
+		t.Errorf("the server end has a keeper (ORD %d)", s.qp.conn.ord)
+	}
+	time.Sleep(5 * ka.Idle)
+	exchange(t, s, c)
 }
 
 // exchange sends 64 bytes from one end to the other and checks that both

@@ -167,7 +167,7 @@ type conn struct {
 	busy      chan struct{} // closed when an rdma_connect in flight returns (nil: none)
 	// ord is the connection's negotiated ORD on iWARP, from its
 	// ESTABLISHED event (whose responder_resources the iWARP CM fills
-	// with the local ORD); keepalive's Read probe needs it to be ≥ 1.
+	// with the local ORD); keepalive's fallback Read probe needs it to be ≥ 1.
 	ord int
 
 	quiesceOnce sync.Once
