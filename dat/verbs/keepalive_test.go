@@ -188,18 +188,9 @@ func TestKeepAliveNoReadGranted(t *testing.T) {
 		if os.Getenv("IN_RDMA_VM") == "1" && !tcpdiagUsable() {
 			t.Fatal("the test VM's kernel does not answer sock_diag")
 		}
+		ka := net.KeepAliveConfig{Enable: true, Idle: 100 * time.Millisecond, Interval: time.Second, Count: 2}
 		t.Run("tcp", func(t *testing.T) {
-			c, s := newEnd(t, d), newEnd(t, d)
-			noReads(t, c, s)
-			ka := net.KeepAliveConfig{Enable: true, Idle: 100 * time.Millisecond, Interval: time.Second, Count: 2}
-			l := listenOn(t, s.ia, driver.ListenConfig{KeepAliveConfig: ka})
-			done := serve(t, l, s, nil)
-			if _, err := c.qp.ConnectWith(testCtx(t), l.Addr(), nil, driver.ConnectOptions{KeepAlive: -1}); err != nil {
-				t.Fatalf("connect: %v", err)
-			}
-			if a := <-done; a.err != nil {
-				t.Fatalf("accept: %v", a.err)
-			}
+			c, s := keepAliveServerOnly(t, d, ka)
 			if s.qp.conn.ord != 0 {
 				t.Errorf("server ORD %d, want 0: keepalive needs no Read", s.qp.conn.ord)
 			}
@@ -218,16 +209,25 @@ func TestKeepAliveNoReadGranted(t *testing.T) {
 		})
 		t.Run("read", func(t *testing.T) {
 			withoutSockDiag(t)
-			noReadGranted(t, d)
+			c, s := keepAliveServerOnly(t, d, ka)
+			if s.qp.conn.ord != 0 {
+				t.Errorf("server ORD %d, want 0 against a client with IRD 0", s.qp.conn.ord)
+			}
+			if k := s.qp.keep.Load(); k != nil {
+				t.Errorf("the server end has a keeper (ORD %d)", s.qp.conn.ord)
+			}
+			time.Sleep(5 * ka.Idle)
+			exchange(t, s, c)
 		})
 	})
 }
 
-func noReadGranted(t *testing.T, d testDev) {
+// keepAliveServerOnly connects two ends configured as rdmanet's (no RDMA
+// Read either way), with keepalive ka on the server end only.
+func keepAliveServerOnly(t *testing.T, d testDev, ka net.KeepAliveConfig) (c, s *end) {
 	t.Helper()
-	c, s := newEnd(t, d), newEnd(t, d)
+	c, s = newEnd(t, d), newEnd(t, d)
 	noReads(t, c, s)
-	ka := net.KeepAliveConfig{Enable: true, Idle: 100 * time.Millisecond, Interval: time.Second, Count: 2}
 	l := listenOn(t, s.ia, driver.ListenConfig{KeepAliveConfig: ka})
 	done := serve(t, l, s, nil)
 	if _, err := c.qp.ConnectWith(testCtx(t), l.Addr(), nil, driver.ConnectOptions{KeepAlive: -1}); err != nil {
@@ -236,14 +236,7 @@ func noReadGranted(t *testing.T, d testDev) {
 	if a := <-done; a.err != nil {
 		t.Fatalf("accept: %v", a.err)
 	}
-	if s.qp.conn.ord != 0 {
-		t.Errorf("server ORD %d, want 0 against a client with IRD 0", s.qp.conn.ord)
-	}
-	if k := s.qp.keep.Load(); k != nil {
-		t.Errorf("the server end has a keeper (ORD %d)", s.qp.conn.ord)
-	}
-	time.Sleep(5 * ka.Idle)
-	exchange(t, s, c)
+	return c, s
 }
 
 // exchange sends 64 bytes from one end to the other and checks that both
