@@ -116,8 +116,10 @@ func keepaliveOf(ka net.KeepAliveConfig) (idle, limit time.Duration, on bool) {
 }
 
 // readDepths is the IRD and ORD that a connection configured with cfg
-// asks for: on iWARP, keepalive's Read probe needs an ORD of at least 1,
-// and a peer's probe an IRD of at least 1 (see keeper).
+// asks for: on iWARP where the kernel does not answer sock_diag,
+// keepalive's fallback Read probe needs an ORD of at least 1, and a
+// peer's probe an IRD of at least 1 (see keeper). Elsewhere they are the
+// consumer's.
 func (q *QP) readDepths(cfg driver.QPConfig, ka net.KeepAliveConfig) (ird, ord int) {
 	ird, ord = cfg.IRD, cfg.ORD
 	if _, _, on := keepaliveOf(ka); on && q.ia.attr.Transport == driver.TransportIWARP && !tcpdiagUsable() {
