@@ -73,14 +73,17 @@
 // keepalive, with package net's defaults (probes after 15 s of silence,
 // every 15 s, 9 of them). A listener does the same with the Control,
 // KeepAlive and KeepAliveConfig of its ListenConfig, for the listening
-// socket and the connections it accepts. On Linux an MPA connection with
-// keepalive also gets TCP_USER_TIMEOUT of Idle + Interval × Count: TCP
-// sends no keepalive while data is unacknowledged, so without it a
-// writer whose peer vanished mid-transfer would wait for the system's
-// retransmission limit (about 15 minutes). A connection ended by either
-// reports OnDisconnect with the socket's error, which wraps
-// syscall.ETIMEDOUT (or EHOSTUNREACH, when the peer was on the same link
-// and stopped answering neighbour discovery too).
+// socket and the connections it accepts (keepalive once admission hands
+// a connection on, to the consumer or to Fallback: a connection in
+// admission does not live long enough to need it, and setting it on
+// every connection a flood opens cost four system calls each). On Linux
+// an MPA connection with keepalive also gets TCP_USER_TIMEOUT of Idle +
+// Interval × Count: TCP sends no keepalive while data is unacknowledged,
+// so without it a writer whose peer vanished mid-transfer would wait
+// for the system's retransmission limit (about 15 minutes). A
+// connection ended by either reports OnDisconnect with the socket's
+// error, which wraps syscall.ETIMEDOUT (or EHOSTUNREACH, when the peer
+// was on the same link and stopped answering neighbour discovery too).
 //
 // An attempt from a fixed local port that fails is reset rather than
 // closed, so that the port is free at once (no TIME_WAIT) for another
@@ -149,6 +152,13 @@
 //     so the initiator sees a refused connection: this provider reports
 //     syscall.ECONNREFUSED, like a port nobody listens on.
 //   - Every drop is a reset (SO_LINGER 0): no TIME_WAIT is left behind.
+//     The resets are made by one goroutine of the listener, which lets
+//     the others run every few resets (with 1024 waiting, whoever drops
+//     a connection resets it itself). On loopback a reset includes the
+//     kernel's delivery of the RST to the peer, the larger part of what
+//     a drop costs: under a flood it kept the accept loop from the next
+//     connection, and when many silent connections' req_timeout expired
+//     together their goroutines kept the consumer's waiting.
 //
 // Measured on loopback on two shared cores, the flood coming from another
 // process (BenchmarkAdmissionFlood, 300 dials each; figures vary from run

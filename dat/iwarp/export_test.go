@@ -1,5 +1,10 @@
 package iwarp
 
+import (
+	"net"
+	"syscall"
+)
+
 // Test-only views of internal state for the iwarp_test package.
 
 // ListenerQueued reports requests parsed but not yet returned by Accept.
@@ -18,6 +23,20 @@ type AdmissionCounts struct {
 	Evicted  int // reset to make room for a newer connection
 	Dropped  int // reset: silent, not MPA, or a bad Request
 	Fallback int // handed to ListenConfig.Fallback
+}
+
+// FallbackSocket is the socket of a connection ListenConfig.Fallback
+// got (nil if c is not one).
+func FallbackSocket(c net.Conn) syscall.RawConn {
+	fc, ok := c.(*fallbackConn)
+	if !ok {
+		return nil
+	}
+	rc, err := fc.tc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return rc
 }
 
 // ListenerCounts reports l's admission counters.

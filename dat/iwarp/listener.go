@@ -45,11 +45,14 @@ type Listener struct {
 	fallback       func(net.Conn)
 	// keepAlive is the accepted connections' keepalive (resolved), which
 	// an MPA connection's TCP_USER_TIMEOUT follows (see setUserTimeout).
+	// It is set on a connection when admission hands it on (Accept,
+	// Fallback), not when the kernel hands it over (see listen).
 	keepAlive net.KeepAliveConfig
 
-	ready chan *Request // parsed, not yet returned by Accept; cap backlog
-	done  chan struct{} // closed by Close
-	wg    sync.WaitGroup
+	ready  chan *Request // parsed, not yet returned by Accept; cap backlog
+	done   chan struct{} // closed by Close
+	wg     sync.WaitGroup
+	resets *resetQueue // dropped connections, reset by a goroutine of their own
 
 	mu        sync.Mutex
 	closed    bool
@@ -124,13 +127,13 @@ func listen(ia *IA, cfg driver.ListenConfig) (*Listener, error) {
 	addr := net.JoinHostPort(host, strconv.Itoa(int(cfg.Port)))
 	// Go sets SO_REUSEADDR on listeners, like siw, and passes
 	// net.core.somaxconn to listen(2) as the accept queue's depth. The
-	// keepalive configuration is applied by package net to every
-	// connection accepted, as for a plain TCP listener.
+	// keepalive configuration is not left to package net, which would
+	// set it (four system calls) on every connection accepted, most of
+	// which a flood's: admission sets it on those it hands on
+	// (keepAliveOn). A connection in admission does not live long
+	// enough to need it.
 	ka := driver.ResolveKeepAlive(cfg.KeepAlive, cfg.KeepAliveConfig)
 	lc := net.ListenConfig{KeepAlive: -1}
-	if ka.Enable {
-		lc.KeepAliveConfig = ka
-	}
 	lc.Control = listenControl(cfg.SharePort, cfg.Control)
 	tl, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
@@ -160,6 +163,7 @@ func listen(ia *IA, cfg driver.ListenConfig) (*Listener, error) {
 		keepAlive:      ka,
 		ready:          make(chan *Request, backlog),
 		done:           make(chan struct{}),
+		resets:         newResetQueue(maxQueuedResets),
 	}
 	l.wg.Add(1)
 	go l.acceptLoop()
@@ -226,6 +230,7 @@ func (l *Listener) Close() error {
 		resetClose(tc)
 	}
 	l.wg.Wait()
+	l.resets.stop()
 	for drained := false; !drained; {
 		select {
 		case r := <-l.ready:
@@ -261,6 +266,9 @@ func (l *Listener) acceptLoop() {
 			// larger than the process may hold still cannot stall the
 			// accept queue.
 			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				if l.resets.flush() {
+					continue
+				}
 				l.mu.Lock()
 				victim := l.admitting.head
 				if victim != nil {
@@ -299,7 +307,7 @@ func (l *Listener) acceptLoop() {
 				l.counts.refused++
 			}
 			l.mu.Unlock()
-			resetClose(tc)
+			l.resets.add(tc)
 			continue
 		}
 		// What has arrived already decides most connections: a real
@@ -321,7 +329,7 @@ func (l *Listener) acceptLoop() {
 			if l.fallback == nil {
 				l.counts.dropped++
 				l.mu.Unlock()
-				resetClose(tc)
+				l.resets.add(tc)
 				continue
 			}
 		}
@@ -337,7 +345,7 @@ func (l *Listener) acceptLoop() {
 		l.wg.Add(1)
 		l.mu.Unlock()
 		if victim != nil {
-			resetClose(victim.tc)
+			l.resets.add(victim.tc)
 		}
 		go l.handshake(a)
 	}
@@ -387,12 +395,13 @@ func (l *Listener) handshake(a *admission) {
 	switch v {
 	case verdictFallback:
 		_ = a.tc.SetDeadline(time.Time{})
+		l.keepAliveOn(a.tc)
 		l.fallback(&fallbackConn{Conn: a.tc, tc: a.tc, prefix: prefix})
 	case verdictRejected:
 		// A plain close, so the FIN follows the reject Reply.
 		_ = a.tc.Close()
 	default:
-		resetClose(a.tc)
+		l.resets.add(a.tc)
 	}
 }
 
@@ -410,7 +419,9 @@ func (l *Listener) handshake(a *admission) {
 // room for the IRD/ORD block) is answered with a reject Reply, as siw
 // does.
 func (l *Listener) admit(tc *net.TCPConn) (v verdict, f wire.MPAFrame, prefix []byte) {
-	_ = tc.SetNoDelay(true) // siw_tcp_nagle = false
+	// TCP_NODELAY (siw_tcp_nagle = false) is on already: package net
+	// sets it on every connection it accepts.
+	//
 	// Measured from here, not from the TCP accept: a goroutine started
 	// late under load must not hold the peer's delay against it. The
 	// deadline covers the reject Reply written below as well: a peer
@@ -519,6 +530,14 @@ func (c *fallbackConn) CloseWrite() error { return c.tc.CloseWrite() }
 
 // CloseRead shuts down the reading side.
 func (c *fallbackConn) CloseRead() error { return c.tc.CloseRead() }
+
+// keepAliveOn gives tc the listener's keepalive, as package net would
+// have at accept, once admission hands tc on.
+func (l *Listener) keepAliveOn(tc *net.TCPConn) {
+	if l.keepAlive.Enable {
+		_ = tc.SetKeepAliveConfig(l.keepAlive)
+	}
+}
 
 // release gives back the backlog slot of a settled request.
 func (l *Listener) release() {

@@ -3,6 +3,7 @@ package iwarp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"runtime"
 	"syscall"
@@ -27,6 +28,15 @@ func readSockopts(t *testing.T, q *iwarp.QP) sockopts {
 	if rc == nil {
 		t.Fatal("QP has no connection")
 	}
+	o, err := socketOpts(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// socketOpts reads the keepalive settings of the socket rc.
+func socketOpts(rc syscall.RawConn) (sockopts, error) {
 	var o sockopts
 	var errs []error
 	get := func(fd uintptr, level, opt int) int {
@@ -44,12 +54,12 @@ func readSockopts(t *testing.T, q *iwarp.QP) sockopts {
 			o.userTimeout = get(fd, syscall.IPPROTO_TCP, 0x12) // TCP_USER_TIMEOUT
 		}
 	}); err != nil {
-		t.Fatal(err)
+		return o, err
 	}
 	if err := errors.Join(errs...); err != nil {
-		t.Fatalf("getsockopt: %v", err)
+		return o, fmt.Errorf("getsockopt: %w", err)
 	}
-	return o
+	return o, nil
 }
 
 // connectWith connects a fresh initiator QP with opts to a listener made
@@ -114,6 +124,64 @@ func TestKeepAliveOptions(t *testing.T) {
 				if got != want {
 					t.Errorf("got %+v, want %+v", got, want)
 				}
+			}
+		})
+	}
+}
+
+// TestKeepAliveFallback: a connection handed to Fallback gets the
+// listener's keepalive, as package net would have set it at accept
+// (admission sets it only on the connections it hands on).
+func TestKeepAliveFallback(t *testing.T) {
+	leakCheck(t)
+	short := net.KeepAliveConfig{Enable: true, Idle: 2 * time.Second, Interval: time.Second, Count: 3}
+	for _, tc := range []struct {
+		name string
+		ka   time.Duration
+		cfg  net.KeepAliveConfig
+		want sockopts // userTimeout not compared: only MPA connections get one
+	}{
+		{name: "default", want: sockopts{keepalive: 1, idle: 15, intvl: 15, cnt: 9}},
+		{name: "config", cfg: short, want: sockopts{keepalive: 1, idle: 2, intvl: 1, cnt: 3}},
+		{name: "off", ka: -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			type result struct {
+				o   sockopts
+				err error
+			}
+			got := make(chan result, 1)
+			l := listen(t, openIA(t), driver.ListenConfig{KeepAlive: tc.ka, KeepAliveConfig: tc.cfg,
+				Fallback: func(c net.Conn) {
+					defer c.Close()
+					rc := iwarp.FallbackSocket(c)
+					if rc == nil {
+						got <- result{err: fmt.Errorf("Fallback got a %T", c)}
+						return
+					}
+					o, err := socketOpts(rc)
+					got <- result{o, err}
+				}})
+			c := dialRaw(t, l.Addr())
+			if _, err := c.Write([]byte("GET / HTTP/1.0\r\n\r\n")); err != nil {
+				t.Fatal(err)
+			}
+			var r result
+			select {
+			case r = <-got:
+			case <-time.After(testTimeout):
+				t.Fatal("nothing reached Fallback")
+			}
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			r.o.userTimeout = 0
+			if tc.want.keepalive == 0 {
+				if r.o.keepalive != 0 {
+					t.Errorf("keepalive off: got %+v", r.o)
+				}
+			} else if r.o != tc.want {
+				t.Errorf("got %+v, want %+v", r.o, tc.want)
 			}
 		})
 	}

@@ -94,6 +94,7 @@ func (r *Request) Accept(ctx context.Context, qp driver.QP, privateData []byte) 
 	err = r.send(ctx, actx, &rep)
 	var c *connection
 	if err == nil {
+		r.l.keepAliveOn(r.tc)
 		setUserTimeout(r.tc, r.l.keepAlive)
 		c = newConnection(r.tc, info)
 	} else {
