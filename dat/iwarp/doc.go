@@ -145,7 +145,11 @@
 //     a timer and a socket each, about 7 KB, only while a flood lasts).
 //     If the process runs out of file descriptors (EMFILE) before the
 //     table is full, the oldest connection in admission is reset to free
-//     one, for the same reason.
+//     one, for the same reason. A connection whose whole Request has
+//     arrived since, not yet read by its goroutine, is passed over (it
+//     leaves the table and is admitted): a real initiator whose
+//     connection the listener took before its Request is not pushed out
+//     once the Request is there.
 //   - At most backlog (4096) valid Requests wait for the consumer's
 //     decision. While that many do, a new connection is reset before
 //     anything is read from it (with Fallback: once its Request is read),

@@ -270,12 +270,7 @@ func (l *Listener) acceptLoop() {
 					continue
 				}
 				l.mu.Lock()
-				victim := l.admitting.head
-				if victim != nil {
-					l.admitting.remove(victim)
-					victim.evicted = true
-					l.counts.evicted++
-				}
+				victim := l.evictOldest(peekBuf[:])
 				l.mu.Unlock()
 				if victim != nil {
 					resetClose(victim.tc)
@@ -335,10 +330,7 @@ func (l *Listener) acceptLoop() {
 		}
 		var victim *admission
 		if l.admitting.n >= l.maxHandshakes {
-			victim = l.admitting.head
-			l.admitting.remove(victim)
-			victim.evicted = true
-			l.counts.evicted++
+			victim = l.evictOldest(peekBuf[:])
 		}
 		a.queued = true
 		l.admitting.push(a)
@@ -349,6 +341,29 @@ func (l *Listener) acceptLoop() {
 		}
 		go l.handshake(a)
 	}
+}
+
+// evictOldest takes the oldest connection in admission out of the table
+// to be reset by the caller, or returns nil if the table is empty. l.mu
+// must be held. It passes over a connection whose whole Request has
+// arrived since the accept loop peeked, which its goroutine has not read
+// yet: no flood may push out a Request that has arrived, and a fast
+// accept loop takes a real initiator's connection before its Request
+// more often. Such a connection leaves the table (it is not waiting for
+// its peer any more) and its goroutine admits it. buf is scratch space
+// for the peek.
+func (l *Listener) evictOldest(buf []byte) *admission {
+	for a := l.admitting.head; a != nil; a = l.admitting.head {
+		l.admitting.remove(a)
+		a.queued = false
+		if classifyFirstBytes(buf[:peekNow(a.tc, buf)]) == firstBytesRequest {
+			continue
+		}
+		a.evicted = true
+		l.counts.evicted++
+		return a
+	}
+	return nil
 }
 
 // verdict is what admission decided about a connection.

@@ -176,19 +176,20 @@ func (w *rawReader) readv(fd uintptr) bool {
 
 // peekNow copies into buf the bytes that have arrived on tc, without
 // consuming them and without waiting: 0 if none have, the peer closed, or
-// the socket cannot be peeked.
+// the socket cannot be peeked. It runs under Control, not Read: an
+// admission goroutine may be parked in a Read of tc, holding its read
+// lock until bytes arrive.
 func peekNow(tc *net.TCPConn, buf []byte) int {
 	rc, err := tc.SyscallConn()
 	if err != nil {
 		return 0
 	}
 	n := 0
-	_ = rc.Read(func(fd uintptr) bool {
+	_ = rc.Control(func(fd uintptr) {
 		m, _, err := syscall.Recvfrom(int(fd), buf, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		if err == nil && m > 0 {
 			n = m
 		}
-		return true // never wait
 	})
 	return n
 }
