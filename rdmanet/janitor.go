@@ -15,7 +15,9 @@ import (
 //
 // The shrink completes when the peer adopts the offer, which it does the
 // next time it polls the connection: a peer blocked in Read (an idle
-// server, or a client waiting for a response) does so at once.
+// server, or a client waiting for a response) does so at once. A writer
+// that found its own writeMu held at that moment adopts it at its
+// janitor's next tick.
 const (
 	janitorTick     = 500 * time.Millisecond
 	idleShrinkAfter = 2 * time.Second
@@ -80,13 +82,13 @@ func (r *liveSet) grownConns() []*Conn {
 }
 
 // grown reports whether c holds more than its initial buffers, or is
-// about to.
+// about to, or has a peer's offer to adopt (which frees the peer's).
 func (c *Conn) grown() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	init := uint64(c.cfg.bufSize)
 	return c.recv.size() > init || c.recv.prev != nil || c.offer != nil || c.offering ||
-		c.stage.size() > init || c.stage.prev != nil
+		c.stage.size() > init || c.stage.prev != nil || c.hasOffer
 }
 
 // shrinkIfIdle counts c's idle ticks and, past idleShrinkAfter, shrinks
@@ -97,6 +99,12 @@ func (c *Conn) shrinkIfIdle() {
 	}
 	defer c.leave()
 	init := uint64(c.cfg.bufSize)
+	c.mu.Lock()
+	pending := c.hasOffer
+	c.mu.Unlock()
+	if pending {
+		c.adoptOffer() // one that found writeMu held (see adoptOffer)
+	}
 	c.mu.Lock()
 	moved := c.rProd != c.idleMark[0] || c.sProd != c.idleMark[1]
 	c.idleMark = [2]uint64{c.rProd, c.sProd}

@@ -161,11 +161,14 @@ func (c *Conn) afterEvents() {
 	}
 }
 
-// adoptOffer adopts a pending offer unless a Write is in progress, in
-// which case that Write adopts it when it next reserves room.
+// adoptOffer adopts a pending offer unless writeMu is held: a Write in
+// progress then adopts it when it next reserves room, and the janitor
+// does if none does (a Write about to return, or the janitor's own
+// shrinkStage, may hold writeMu and leave an idle writer with the offer).
 func (c *Conn) adoptOffer() {
 	if !c.writeMu.TryLock() {
 		wake(c.wwake)
+		noteGrown()
 		return
 	}
 	c.mu.Lock()

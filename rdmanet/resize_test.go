@@ -206,6 +206,52 @@ func TestRingResizeHostile(t *testing.T) {
 	}
 }
 
+// TestOfferAdoptedByIdleWriter: a ring offer that reaches the writer
+// while its writeMu is held (a Write about to return, or the janitor's
+// shrinkStage) is adopted by the janitor, although the writer never
+// writes or reads again; before, it stayed pending and the reader's
+// grown ring with it (seen once in the guest as TestRingShrinksWhenIdle
+// timing out).
+func TestOfferAdoptedByIdleWriter(t *testing.T) {
+	c1, c2, stop := pipe(t, "iwarp", 0)
+	defer stop()
+	stream(t, c1, c2, 32<<20, 32<<10)
+	require.Greater(t, c2.Stats().Params.RecvRing, DefaultBufferSize)
+
+	c2.mu.Lock()
+	require.True(t, c2.canOfferLocked())
+	c2.offering = true
+	c2.mu.Unlock()
+	c2.offerRing(uint64(DefaultBufferSize))
+
+	hasOffer := func() bool {
+		c1.mu.Lock()
+		defer c1.mu.Unlock()
+		return c1.hasOffer
+	}
+	c1.writeMu.Lock()
+	for limit := time.Now().Add(10 * time.Second); !hasOffer(); time.Sleep(time.Millisecond) {
+		require.False(t, time.Now().After(limit), "the offer did not arrive")
+		c1.pollQueued()
+	}
+	c1.writeMu.Unlock()
+	// Nothing drives c1 from here on but the janitor.
+	for limit := time.Now().Add(10 * time.Second); hasOffer(); time.Sleep(10 * time.Millisecond) {
+		require.False(t, time.Now().After(limit), "the offer is still pending after 10 s")
+	}
+	require.Equal(t, DefaultBufferSize, c1.Stats().Params.SendRing)
+	// The next byte reaches c2 through the ring it offered.
+	_, err := c1.Write([]byte{7})
+	require.NoError(t, err)
+	b := make([]byte, 1)
+	_, err = io.ReadFull(c2, b)
+	require.NoError(t, err)
+	require.Equal(t, byte(7), b[0])
+	require.Equal(t, DefaultBufferSize, c2.Stats().Params.RecvRing)
+	stream(t, c1, c2, 4<<20, 100<<10)
+	stream(t, c2, c1, 4<<20, 100<<10)
+}
+
 // TestRingShrinksWhenIdle: after a bulk stream grew them, an idle
 // connection's ring and staging buffer go back to DefaultBufferSize once
 // both ends sit in Read, its memory with them, and the stream still works.
