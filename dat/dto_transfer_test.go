@@ -296,3 +296,68 @@ func TestDTORemoteProtection(t *testing.T) {
 	}
 	require.Equal(t, make([]byte, 64), guarded.buf)
 }
+
+// An SRQ receive that an EP consumed, but that the EP was freed before
+// reporting, goes back to the SRQ: no consumer will ever see that
+// completion, and without it the SRQ would hold one receive fewer for
+// good. The next EP on the SRQ receives into it.
+func TestDTOSRQReceiveOfFreedEPRestored(t *testing.T) {
+	s := newSide(t, "lo")
+	srq, err := s.ia.CreateSRQ(s.pz, dat.SRQAttr{MaxRecvDTOs: 4, MaxRecvIOV: 1})
+	require.NoError(t, err)
+	buf := register(t, s, s.pz, 64, dat.MemPrivLocalWrite)
+	require.NoError(t, srq.PostRecv([]dat.LMRTriplet{buf.seg(0, 64)}, 42))
+	posted := func() int {
+		q, err := srq.Query()
+		require.NoError(t, err)
+		return q.Posted
+	}
+	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
+	require.NoError(t, err)
+	defer psp.Free()
+	connect := func(c side) (cep, sep *dat.EP, recv *dat.EVD) {
+		cep = c.ep(t)
+		recv, err = s.ia.CreateEVD(8, dat.EVDDTO)
+		require.NoError(t, err)
+		sep, err = s.ia.CreateEPWithSRQ(s.pz, recv, nil, s.evd, srq, &dat.EPAttr{MaxMessageSize: 64, MaxRDMASize: 64, MaxRecvDTOs: 4})
+		require.NoError(t, err)
+		require.NoError(t, cep.Connect(loopback, psp.Qual(), dat.TimeoutOf(eventWait), nil, dat.QoSBestEffort, dat.ConnectDefault))
+		ev := waitFor(t, s.evd, dat.ConnectionRequestEvent)
+		require.NoError(t, ev.CR.CR.Accept(sep, nil))
+		waitFor(t, s.evd, dat.ConnectionEventEstablished)
+		waitFor(t, c.evd, dat.ConnectionEventEstablished)
+		return cep, sep, recv
+	}
+	send := func(c side, ep *dat.EP, b byte) {
+		src := register(t, c, c.pz, 64, dat.MemPrivLocalRead)
+		src.buf[0] = b
+		require.NoError(t, ep.PostSend([]dat.LMRTriplet{src.seg(0, 1)}, 1, dat.CompletionDefault))
+		ev := waitFor(t, c.evd, dat.DTOCompletionEvent)
+		require.Equal(t, dat.DTOSuccess, ev.DTO.Status)
+	}
+
+	c1 := newSide(t, "lo")
+	cep1, sep1, recv1 := connect(c1)
+	send(c1, cep1, 'a')
+	// The message took the receive; its completion waits in the CQ of
+	// recv1, which nobody polls before the EP goes.
+	for limit := time.Now().Add(eventWait); posted() != 0; time.Sleep(time.Millisecond) {
+		require.False(t, time.Now().After(limit), "the receive was not taken")
+	}
+	require.NoError(t, sep1.Disconnect(dat.CloseAbrupt))
+	waitFor(t, s.evd, dat.ConnectionEventDisconnected)
+	require.NoError(t, sep1.Free())
+	_, err = recv1.Dequeue()
+	requireCode(t, err, dat.QueueEmpty, dat.NoSubtype)
+	require.Equal(t, 1, posted(), "the freed EP's receive is back in the SRQ")
+
+	c2 := newSide(t, "lo")
+	cep2, _, recv2 := connect(c2)
+	send(c2, cep2, 'b')
+	ev := waitFor(t, recv2, dat.DTOCompletionEvent)
+	require.Equal(t, dat.DTOSuccess, ev.DTO.Status)
+	require.Equal(t, uint64(42), ev.DTO.Cookie)
+	require.Equal(t, byte('b'), buf.buf[0])
+	require.Equal(t, 0, posted())
+	require.NoError(t, cep1.Free())
+}

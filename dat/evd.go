@@ -332,13 +332,13 @@ func (e *EVD) absorbLocked(cs []driver.Completion) (lost int) {
 		if ep == nil || c.QPTag != tag {
 			tag = c.QPTag
 			ep = e.ia.epByTag(tag)
-			if ep == nil {
-				continue // a QP already destroyed: its EP is gone
-			}
 		}
 		if c.WRID&srqWRIDBit != 0 {
-			lost += ep.srqCompletionLocked(e, c)
+			lost += e.srqCompletionLocked(ep, c)
 			continue
+		}
+		if ep == nil {
+			continue // a QP already destroyed: its EP is gone
 		}
 		q := &ep.sendQ
 		if c.WRID&recvWRIDBit != 0 {

@@ -51,8 +51,12 @@ type IA struct {
 	// qps maps the Tag of every live provider QP to its EP, for the
 	// completion path; tagMu guards it (and nextTag) apart from mu, so
 	// that polling never takes the IA-wide lock.
-	tagMu   sync.RWMutex
-	qps     map[uint32]*EP
+	tagMu sync.RWMutex
+	qps   map[uint32]*EP
+	// srqByID finds a live SRQ from the id in its receives' WRIDs, also
+	// guarded by tagMu; nextSRQ numbers them.
+	srqByID map[uint32]*SRQ
+	nextSRQ uint32
 	nextTag uint32
 }
 
@@ -185,6 +189,38 @@ func (ia *IA) tagQP(ep *EP) uint32 {
 	return ia.nextTag
 }
 
+// addSRQ gives s its id, for the WRIDs of its receives.
+func (ia *IA) addSRQ(s *SRQ) {
+	ia.tagMu.Lock()
+	defer ia.tagMu.Unlock()
+	if ia.srqByID == nil {
+		ia.srqByID = map[uint32]*SRQ{}
+	}
+	for {
+		ia.nextSRQ = (ia.nextSRQ + 1) & srqIDMask
+		if _, used := ia.srqByID[ia.nextSRQ]; !used {
+			break
+		}
+	}
+	s.id = ia.nextSRQ
+	ia.srqByID[s.id] = s
+}
+
+// dropSRQ forgets a freed SRQ's id.
+func (ia *IA) dropSRQ(s *SRQ) {
+	ia.tagMu.Lock()
+	delete(ia.srqByID, s.id)
+	ia.tagMu.Unlock()
+}
+
+// srqOf finds the live SRQ an SRQ receive's WRID was posted to.
+func (ia *IA) srqOf(wrid uint64) *SRQ {
+	ia.tagMu.RLock()
+	s := ia.srqByID[uint32(wrid>>srqIDShift&srqIDMask)]
+	ia.tagMu.RUnlock()
+	return s
+}
+
 // untagQP forgets a destroyed QP's Tag.
 func (ia *IA) untagQP(tag uint32) {
 	ia.tagMu.Lock()
@@ -272,6 +308,7 @@ func (ia *IA) Close(flags CloseFlags) error {
 	}
 	for _, s := range srqs {
 		s.freed = true
+		s.dead.Store(true)
 	}
 	for _, m := range lmrs {
 		m.freed = true
@@ -302,6 +339,7 @@ func (ia *IA) Close(flags CloseFlags) error {
 		w.Close()
 	}
 	for _, s := range srqs {
+		ia.dropSRQ(s)
 		s.prov.Close()
 	}
 	for _, m := range lmrs {

@@ -2,6 +2,7 @@ package dat
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
 )
@@ -27,6 +28,14 @@ type SRQAttr struct {
 
 // SRQ is a Shared Receive Queue (DAT_SRQ_HANDLE): receive buffers shared by
 // the EPs created on it with CreateEPWithSRQ.
+//
+// A receive an EP took from the SRQ is reported on that EP's recv EVD.
+// If the EP is freed before the completion is reported (the consumer
+// polls the EVD later, or never), the receive goes back to the SRQ, as
+// posted, instead of being lost with the EP: a consumer that frees EPs
+// while peers still send keeps every buffer it posted. DAT leaves this
+// case open; the rule here is what lets many short-lived EPs share one
+// SRQ for as long as it lives.
 type SRQ struct {
 	ia    *IA
 	pz    *PZ
@@ -34,6 +43,11 @@ type SRQ struct {
 	attr  SRQAttr
 	refs  int  // EPs using it; guarded by ia.mu
 	freed bool // guarded by ia.mu
+	// dead is freed for the paths that do not take ia.mu (posts and
+	// completions).
+	dead atomic.Bool
+	// id names the SRQ in its receives' WRIDs (see srqWRIDBit).
+	id uint32
 	// postMu serialises posts; sge is their segment scratch.
 	postMu sync.Mutex
 	sge    [maxInlineSGE]driver.SGE
@@ -42,26 +56,35 @@ type SRQ struct {
 	// bits of its provider WRID (see srqWRIDBit); free lists the unused
 	// ones. Completions of an SRQ arrive in no particular order, on the
 	// receive CQs of whichever EPs consumed the receives, so they are
-	// found by slot rather than by position. Guarded by slotMu.
-	slotMu sync.Mutex
-	slots  []uint64
-	free   []uint32
+	// found by slot rather than by position. slotSGE keeps each slot's
+	// segments (MaxRecvIOV a slot, slotLen of them used), so that a
+	// receive an EP consumed but was freed before reporting can be posted
+	// again (restore). Guarded by slotMu.
+	slotMu  sync.Mutex
+	slots   []uint64
+	free    []uint32
+	slotSGE []driver.SGE
+	slotLen []uint8
 }
 
 // The WRIDs dat gives providers: an EP's send-side request is its
 // sequence number, an EP's receive has recvWRIDBit set as well, and a
-// receive posted to an SRQ is srqWRIDBit plus its slot. The queue is read
-// from the WRID, not from Completion.Op, which a device may not report on
-// a failed completion. Every WRID is below 2^62 (driver.MaxWRID), so
-// providers keep the top two bits for requests of their own.
+// receive posted to an SRQ is srqWRIDBit, the SRQ's id shifted by
+// srqIDShift, and its slot. The queue is read from the WRID, not from
+// Completion.Op, which a device may not report on a failed completion.
+// Every WRID is below 2^62 (driver.MaxWRID), so providers keep the top
+// two bits for requests of their own.
 const (
 	recvWRIDBit = 1 << 60
 	srqWRIDBit  = 1 << 61
 	seqMask     = recvWRIDBit - 1
+	srqIDShift  = 32
+	srqSlotMask = 1<<srqIDShift - 1
+	srqIDMask   = recvWRIDBit>>srqIDShift - 1
 )
 
-// takeSlot records cookie in a free slot and returns its WRID.
-func (s *SRQ) takeSlot(cookie uint64) (uint64, bool) {
+// takeSlot records cookie and sges in a free slot and returns its WRID.
+func (s *SRQ) takeSlot(cookie uint64, sges []driver.SGE) (uint64, bool) {
 	s.slotMu.Lock()
 	defer s.slotMu.Unlock()
 	if len(s.free) == 0 {
@@ -70,12 +93,14 @@ func (s *SRQ) takeSlot(cookie uint64) (uint64, bool) {
 	i := s.free[len(s.free)-1]
 	s.free = s.free[:len(s.free)-1]
 	s.slots[i] = cookie
-	return srqWRIDBit | uint64(i), true
+	n := s.attr.MaxRecvIOV
+	s.slotLen[i] = uint8(copy(s.slotSGE[int(i)*n:int(i+1)*n], sges))
+	return srqWRIDBit | uint64(s.id)<<srqIDShift | uint64(i), true
 }
 
 // releaseSlot frees the slot of wrid and returns the cookie it held.
 func (s *SRQ) releaseSlot(wrid uint64) (uint64, bool) {
-	i := wrid &^ srqWRIDBit
+	i := wrid & srqSlotMask
 	s.slotMu.Lock()
 	defer s.slotMu.Unlock()
 	if i >= uint64(len(s.slots)) {
@@ -86,14 +111,45 @@ func (s *SRQ) releaseSlot(wrid uint64) (uint64, bool) {
 	return cookie, true
 }
 
+// restore posts the receive of wrid again, as it was: an EP consumed it
+// and was freed before the completion was reported, so no consumer will
+// ever see the buffer, and without this the SRQ would have one receive
+// fewer for good. If the SRQ refuses it, the slot is freed.
+func (s *SRQ) restore(wrid uint64) {
+	i := int(wrid & srqSlotMask)
+	s.postMu.Lock()
+	defer s.postMu.Unlock()
+	s.slotMu.Lock()
+	if i >= len(s.slots) {
+		s.slotMu.Unlock()
+		return
+	}
+	n := s.attr.MaxRecvIOV
+	sges := s.sge[:copy(s.sge[:], s.slotSGE[i*n:i*n+int(s.slotLen[i])])]
+	s.slotMu.Unlock()
+	if s.dead.Load() || s.prov.PostRecv(driver.RecvWR{ID: wrid, Local: sges}) != nil {
+		s.releaseSlot(wrid)
+	}
+}
+
 // srqCompletionLocked reports the completion of an SRQ receive consumed
-// by ep, whose recv EVD is e. SRQ receives always complete signalled.
-// Callers hold e.mu.
-func (ep *EP) srqCompletionLocked(e *EVD, c *driver.Completion) (lost int) {
-	ep.recvQ.mu.Lock()
-	ok, srq := ep.recvQ.evd == e, ep.recvQ.srq
-	ep.recvQ.mu.Unlock()
-	if !ok || srq == nil {
+// by ep (nil if its QP is already destroyed), whose recv EVD should be e.
+// SRQ receives always complete signalled. A receive whose EP is gone, or
+// no longer reports to e, goes back to its SRQ (restore). Callers hold
+// e.mu.
+func (e *EVD) srqCompletionLocked(ep *EP, c *driver.Completion) (lost int) {
+	srq := e.ia.srqOf(c.WRID)
+	if srq == nil {
+		return 0 // freed with the receives it held
+	}
+	ok := false
+	if ep != nil {
+		ep.recvQ.mu.Lock()
+		ok = ep.recvQ.evd == e && ep.recvQ.srq == srq
+		ep.recvQ.mu.Unlock()
+	}
+	if !ok {
+		srq.restore(c.WRID)
 		return 0
 	}
 	cookie, found := srq.releaseSlot(c.WRID)
@@ -142,7 +198,8 @@ func (ia *IA) CreateSRQ(pz *PZ, attr SRQAttr) (*SRQ, error) {
 	}
 	pz.refs++ // hold the PZ while the provider builds the SRQ
 	ia.mu.Unlock()
-	s := &SRQ{ia: ia, pz: pz, attr: attr, slots: make([]uint64, attr.MaxRecvDTOs), free: make([]uint32, attr.MaxRecvDTOs)}
+	s := &SRQ{ia: ia, pz: pz, attr: attr, slots: make([]uint64, attr.MaxRecvDTOs), free: make([]uint32, attr.MaxRecvDTOs),
+		slotSGE: make([]driver.SGE, attr.MaxRecvDTOs*attr.MaxRecvIOV), slotLen: make([]uint8, attr.MaxRecvDTOs)}
 	for i := range s.free {
 		s.free[i] = uint32(len(s.free) - 1 - i)
 	}
@@ -156,6 +213,7 @@ func (ia *IA) CreateSRQ(pz *PZ, attr SRQAttr) (*SRQ, error) {
 	}
 	s.prov = prov
 	ia.srqs[s] = struct{}{}
+	ia.addSRQ(s)
 	return s, nil
 }
 
@@ -236,9 +294,11 @@ func (s *SRQ) Free() error {
 		return newError(op, InvalidState, StateSRQInUse, "%d EPs still use the SRQ", s.refs)
 	}
 	s.freed = true
+	s.dead.Store(true)
 	s.pz.refs--
 	delete(ia.srqs, s)
 	ia.mu.Unlock()
+	ia.dropSRQ(s)
 	if err := s.prov.Close(); err != nil {
 		return providerError(op, err)
 	}
@@ -260,29 +320,29 @@ func (s *SRQ) PostRecv(iov []LMRTriplet, cookie uint64) error {
 	}
 	s.postMu.Lock()
 	defer s.postMu.Unlock()
-	ia := s.ia
-	ia.mu.Lock()
-	if err := s.check(op, ia); err != nil {
-		ia.mu.Unlock()
-		return err
+	// As for an EP's posts, the IA-wide lock is not taken: many EPs
+	// share an SRQ, and each of their receives is posted again here.
+	if s.dead.Load() {
+		return newError(op, InvalidHandle, HandleSRQ, "SRQ is freed")
 	}
 	if len(iov) > s.attr.MaxRecvIOV {
-		ia.mu.Unlock()
 		return newError(op, InvalidParameter, Arg(2), "%d segments exceed the SRQ's limit of %d", len(iov), s.attr.MaxRecvIOV)
 	}
+	ia := s.ia
 	sges := s.sge[:0]
+	ia.lmrMu.RLock()
 	for _, t := range iov {
 		if t.Length == 0 {
 			continue
 		}
 		if err := ia.checkLocal(op, s.pz, t, true); err != nil {
-			ia.mu.Unlock()
+			ia.lmrMu.RUnlock()
 			return err
 		}
 		sges = append(sges, driver.SGE{Addr: t.Addr, Length: t.Length, LKey: t.Context})
 	}
-	ia.mu.Unlock()
-	wrid, ok := s.takeSlot(cookie)
+	ia.lmrMu.RUnlock()
+	wrid, ok := s.takeSlot(cookie, sges)
 	if !ok {
 		return newError(op, InsufficientResources, NoSubtype, "the SRQ holds %d receives, its max_recv_dtos", s.attr.MaxRecvDTOs)
 	}
