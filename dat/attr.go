@@ -114,6 +114,13 @@ type ProviderAttr struct {
 	SRQSupported       bool
 	// SRQEPPZDifferenceSupported: an EP may use a PZ other than its SRQ's.
 	SRQEPPZDifferenceSupported bool
+	// SRQEPLimit reports that an EP never holds more than its
+	// max_recv_dtos of its SRQ's receives unreported: a message beyond
+	// that finds no receive, as on an EP with its own queue, and breaks
+	// that connection only. Without it (an adapter takes SRQ receives for
+	// any QP), a peer that sends more than it was granted can empty the
+	// SRQ that other connections depend on. An rdmanet extension.
+	SRQEPLimit bool
 	// PSPCreatesEP reports whether the provider can create EPs for PSPs
 	// (DAT_PSP_CREATES_EP_IFASKED).
 	PSPCreatesEP bool

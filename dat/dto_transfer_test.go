@@ -316,17 +316,7 @@ func TestDTOSRQReceiveOfFreedEPRestored(t *testing.T) {
 	require.NoError(t, err)
 	defer psp.Free()
 	connect := func(c side) (cep, sep *dat.EP, recv *dat.EVD) {
-		cep = c.ep(t)
-		recv, err = s.ia.CreateEVD(8, dat.EVDDTO)
-		require.NoError(t, err)
-		sep, err = s.ia.CreateEPWithSRQ(s.pz, recv, nil, s.evd, srq, &dat.EPAttr{MaxMessageSize: 64, MaxRDMASize: 64, MaxRecvDTOs: 4})
-		require.NoError(t, err)
-		require.NoError(t, cep.Connect(loopback, psp.Qual(), dat.TimeoutOf(eventWait), nil, dat.QoSBestEffort, dat.ConnectDefault))
-		ev := waitFor(t, s.evd, dat.ConnectionRequestEvent)
-		require.NoError(t, ev.CR.CR.Accept(sep, nil))
-		waitFor(t, s.evd, dat.ConnectionEventEstablished)
-		waitFor(t, c.evd, dat.ConnectionEventEstablished)
-		return cep, sep, recv
+		return connectOnSRQ(t, s, psp, srq, c, 4)
 	}
 	send := func(c side, ep *dat.EP, b byte) {
 		src := register(t, c, c.pz, 64, dat.MemPrivLocalRead)
@@ -360,4 +350,69 @@ func TestDTOSRQReceiveOfFreedEPRestored(t *testing.T) {
 	require.Equal(t, byte('b'), buf.buf[0])
 	require.Equal(t, 0, posted())
 	require.NoError(t, cep1.Free())
+}
+
+// connectOnSRQ connects a fresh EP of c to an EP of s that receives from
+// srq (max_recv_dtos maxRecv, completions on a recv EVD of its own),
+// accepted on psp.
+func connectOnSRQ(t *testing.T, s side, psp *dat.PSP, srq *dat.SRQ, c side, maxRecv int) (cep, sep *dat.EP, recv *dat.EVD) {
+	t.Helper()
+	cep = c.ep(t)
+	recv, err := s.ia.CreateEVD(8, dat.EVDDTO)
+	require.NoError(t, err)
+	sep, err = s.ia.CreateEPWithSRQ(s.pz, recv, nil, s.evd, srq, &dat.EPAttr{MaxMessageSize: 64, MaxRDMASize: 64, MaxRecvDTOs: maxRecv})
+	require.NoError(t, err)
+	require.NoError(t, cep.Connect(loopback, psp.Qual(), dat.TimeoutOf(eventWait), nil, dat.QoSBestEffort, dat.ConnectDefault))
+	ev := waitFor(t, s.evd, dat.ConnectionRequestEvent)
+	require.NoError(t, ev.CR.CR.Accept(sep, nil))
+	waitFor(t, s.evd, dat.ConnectionEventEstablished)
+	waitFor(t, c.evd, dat.ConnectionEventEstablished)
+	return cep, sep, recv
+}
+
+// On a provider that reports SRQEPLimit, an EP holds at most its
+// max_recv_dtos of the SRQ's receives unreported: a peer that sends
+// more breaks its own connection, and the SRQ keeps the rest for the
+// other EPs, which go on receiving.
+func TestDTOSRQEPLimit(t *testing.T) {
+	s := newSide(t, "lo")
+	if _, pa, err := s.ia.Query(); err != nil || !pa.SRQEPLimit {
+		t.Skip("the provider does not bound an EP's share of its SRQ")
+	}
+	srq, err := s.ia.CreateSRQ(s.pz, dat.SRQAttr{MaxRecvDTOs: 8, MaxRecvIOV: 1})
+	require.NoError(t, err)
+	buf := register(t, s, s.pz, 8*64, dat.MemPrivLocalWrite)
+	for i := range 8 {
+		require.NoError(t, srq.PostRecv([]dat.LMRTriplet{buf.seg(i*64, 64)}, uint64(i)))
+	}
+	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
+	require.NoError(t, err)
+	defer psp.Free()
+	greedy := newSide(t, "lo")
+	gcep, gsep, grecv := connectOnSRQ(t, s, psp, srq, greedy, 2)
+	fair := newSide(t, "lo")
+	fcep, _, frecv := connectOnSRQ(t, s, psp, srq, fair, 2)
+
+	src := register(t, greedy, greedy.pz, 64, dat.MemPrivLocalRead)
+	for i := range 5 {
+		require.NoError(t, gcep.PostSend([]dat.LMRTriplet{src.seg(0, 8)}, uint64(i), dat.CompletionSuppress))
+	}
+	// Nobody polls grecv: the third Send finds no receive for its EP.
+	ev := waitFor(t, s.evd, dat.ConnectionEventBroken)
+	require.Same(t, gsep, ev.Conn.EP)
+	q, err := srq.Query()
+	require.NoError(t, err)
+	require.Equal(t, 6, q.Posted, "the greedy peer took only its EP's two receives")
+
+	fsrc := register(t, fair, fair.pz, 64, dat.MemPrivLocalRead)
+	for i := range 2 {
+		require.NoError(t, fcep.PostSend([]dat.LMRTriplet{fsrc.seg(0, 8)}, uint64(i), dat.CompletionSuppress))
+		ev := waitFor(t, frecv, dat.DTOCompletionEvent)
+		require.Equal(t, dat.DTOSuccess, ev.DTO.Status)
+	}
+	// Polled, the greedy EP's two receives are reported as usual.
+	for range 2 {
+		ev := waitFor(t, grecv, dat.DTOCompletionEvent)
+		require.Equal(t, dat.DTOSuccess, ev.DTO.Status)
+	}
 }

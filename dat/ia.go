@@ -170,6 +170,7 @@ func (ia *IA) providerAttr() ProviderAttr {
 		SupportsMultipath:          false,
 		SRQSupported:               ia.attr.MaxSRQWR > 0,
 		SRQEPPZDifferenceSupported: ia.attr.SRQPDDifference,
+		SRQEPLimit:                 ia.attr.SRQQPLimit,
 		PSPCreatesEP:               true,
 	}
 }

@@ -43,6 +43,11 @@ type IAAttr struct {
 	// SRQPDDifference reports whether an EP may use a PD other than its
 	// SRQ's (DAT srq_ep_pz_difference_support).
 	SRQPDDifference bool
+	// SRQQPLimit reports that a QP on an SRQ never holds more than its
+	// QPConfig.MaxRecvWR of the SRQ's receives whose completions have not
+	// been polled: a Send beyond that finds no receive, as on a QP with a
+	// receive queue of its own.
+	SRQQPLimit bool
 	// MaxMR bounds registered regions; MaxMRSize bounds one region.
 	MaxMR     int
 	MaxMRSize uint64

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
@@ -30,7 +31,7 @@ import (
 // or closes the CQ meanwhile pokes that reader instead of signalling.
 type CQ struct {
 	mu       sync.Mutex
-	q        ring[driver.Completion]
+	q        ring[cqEntry]
 	waiting  bool // a Wait is blocked (or about to block) on wake
 	intr     bool // Interrupt came since the last Wait returned
 	closed   bool
@@ -60,20 +61,31 @@ func newCQ(size int) *CQ {
 		// A little room to start; the ring grows with the bursts that
 		// need more (and keeps it). Presizing to size would cost every
 		// idle connection its full queue.
-		cq.q.buf = make([]driver.Completion, min(size, 16))
+		cq.q.buf = make([]cqEntry, min(size, 16))
 	}
 	return cq
 }
 
+// A cqEntry is a completion, and for the receive of an SRQ the count of
+// its QP's SRQ receives that Poll brings down (see receiver.takeRecv).
+type cqEntry struct {
+	c    driver.Completion
+	held *atomic.Int32
+}
+
 // push appends c and wakes a blocked waiter. After Close the completion
 // is dropped: package dat closes a CQ only when no QP uses it.
-func (cq *CQ) push(c driver.Completion) {
+func (cq *CQ) push(c driver.Completion) { cq.pushHeld(c, nil) }
+
+// pushHeld is push for an SRQ receive taken by a QP that counts them in
+// held.
+func (cq *CQ) pushHeld(c driver.Completion, held *atomic.Int32) {
 	cq.mu.Lock()
 	if cq.closed {
 		cq.mu.Unlock()
 		return
 	}
-	cq.q.push(c)
+	cq.q.push(cqEntry{c: c, held: held})
 	w, sc := cq.waiting, cq.sockConn
 	cq.mu.Unlock()
 	if w {
@@ -135,7 +147,11 @@ func (cq *CQ) Poll(dst []driver.Completion) int {
 	cq.mu.Lock()
 	n := min(len(dst), cq.q.len())
 	for i := range n {
-		dst[i] = cq.q.pop()
+		e := cq.q.pop()
+		dst[i] = e.c
+		if e.held != nil {
+			e.held.Add(-1)
+		}
 	}
 	cq.mu.Unlock()
 	return n

@@ -85,6 +85,7 @@ func (ia *IA) Attr() driver.IAAttr {
 		MaxPrivateData:  MaxPrivateData,
 		MaxSRQWR:        maxSRQWR,
 		SRQPDDifference: !ia.opts.sameSRQPD, // receives are plain Go memory; any PD will do
+		SRQQPLimit:      true,               // see receiver.takeRecv
 		MaxMR:           maxMRs,
 		MaxMRSize:       maxMRSize,
 		// No spin: completions are produced by goroutines of this

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
@@ -38,6 +39,9 @@ type receiver struct {
 	c  *connection
 	q  *QP
 	tc *net.TCPConn
+	// srqHeld counts the SRQ receives this QP took whose completions
+	// have not been polled (see takeRecv).
+	srqHeld atomic.Int32
 	// idle waits for the socket with nothing read ahead (readIdle); nil
 	// where the system has no such wait, and the buffer stays then.
 	idle    syscall.RawConn
@@ -386,7 +390,13 @@ func (rx *receiver) takeRecv(h *wire.Header) error {
 		return nil
 	}
 	if s := rx.c.srq; s != nil {
-		if s.Posted() == 0 {
+		// The QP may hold no more of the SRQ's receives than it could
+		// have posted on its own queue (IAAttr.SRQQPLimit): a peer that
+		// sends beyond what it was granted then breaks its own
+		// connection only, instead of emptying the SRQ that every other
+		// connection on it depends on. A receive counts from here until
+		// its completion is polled.
+		if s.Posted() == 0 || rx.c.srqLimit > 0 && rx.srqHeld.Load() >= rx.c.srqLimit {
 			return errNoRecv
 		}
 		if err := check(); err != nil {
@@ -396,6 +406,7 @@ func (rx *receiver) takeRecv(h *wire.Header) error {
 		if !ok {
 			return errNoRecv
 		}
+		rx.srqHeld.Add(1)
 		rx.recv, rx.haveRecv = wr, true
 		return nil
 	}
@@ -443,7 +454,13 @@ func (rx *receiver) completeRecv(st driver.Status, length uint32, solicited bool
 		if st == driver.StatusSuccess {
 			c.Length, c.Solicited = length, solicited
 		}
-		cq.push(c)
+		if rx.c.srq != nil {
+			cq.pushHeld(c, &rx.srqHeld)
+		} else {
+			cq.push(c)
+		}
+	} else if rx.c.srq != nil {
+		rx.srqHeld.Add(-1)
 	}
 	rx.dropRecv()
 }
