@@ -115,9 +115,9 @@ type ProviderAttr struct {
 	// SRQEPPZDifferenceSupported: an EP may use a PZ other than its SRQ's.
 	SRQEPPZDifferenceSupported bool
 	// SRQEPLimit reports that an EP never holds more than its
-	// max_recv_dtos of its SRQ's receives unreported: a message beyond
-	// that finds no receive, as on an EP with its own queue, and breaks
-	// that connection only. Without it (an adapter takes SRQ receives for
+	// max_recv_dtos of its SRQ's receives whose events the consumer has
+	// not dequeued: a message beyond that finds no receive, as on an EP
+	// with its own queue, and breaks that connection only. Without it (an adapter takes SRQ receives for
 	// any QP), a peer that sends more than it was granted can empty the
 	// SRQ that other connections depend on. An rdmanet extension.
 	SRQEPLimit bool

@@ -371,9 +371,10 @@ func connectOnSRQ(t *testing.T, s side, psp *dat.PSP, srq *dat.SRQ, c side, maxR
 }
 
 // On a provider that reports SRQEPLimit, an EP holds at most its
-// max_recv_dtos of the SRQ's receives unreported: a peer that sends
-// more breaks its own connection, and the SRQ keeps the rest for the
-// other EPs, which go on receiving.
+// max_recv_dtos of the SRQ's receives whose events were not dequeued: a
+// peer that sends more breaks its own connection, and the SRQ keeps the
+// rest for the other EPs, which go on receiving; an EP whose events are
+// dequeued receives any number.
 func TestDTOSRQEPLimit(t *testing.T) {
 	s := newSide(t, "lo")
 	if _, pa, err := s.ia.Query(); err != nil || !pa.SRQEPLimit {
@@ -397,7 +398,8 @@ func TestDTOSRQEPLimit(t *testing.T) {
 	for i := range 5 {
 		require.NoError(t, gcep.PostSend([]dat.LMRTriplet{src.seg(0, 8)}, uint64(i), dat.CompletionSuppress))
 	}
-	// Nobody polls grecv: the third Send finds no receive for its EP.
+	// Nobody dequeues from grecv: the third Send finds no receive for
+	// its EP.
 	ev := waitFor(t, s.evd, dat.ConnectionEventBroken)
 	require.Same(t, gsep, ev.Conn.EP)
 	q, err := srq.Query()
@@ -405,7 +407,7 @@ func TestDTOSRQEPLimit(t *testing.T) {
 	require.Equal(t, 6, q.Posted, "the greedy peer took only its EP's two receives")
 
 	fsrc := register(t, fair, fair.pz, 64, dat.MemPrivLocalRead)
-	for i := range 2 {
+	for i := range 4 { // twice its max_recv_dtos, each dequeued
 		require.NoError(t, fcep.PostSend([]dat.LMRTriplet{fsrc.seg(0, 8)}, uint64(i), dat.CompletionSuppress))
 		ev := waitFor(t, frecv, dat.DTOCompletionEvent)
 		require.Equal(t, dat.DTOSuccess, ev.DTO.Status)

@@ -24,6 +24,10 @@ type EP struct {
 	// provider that may wait for OnDisconnect.
 	evMu sync.Mutex
 
+	// srqHeld counts the SRQ receives the EP's QP holds whose events the
+	// consumer has not taken (driver.QPConfig.SRQHeld).
+	srqHeld atomic.Int32
+
 	// All fields below are guarded by ia.mu.
 	state   EPState
 	freed   bool
@@ -337,7 +341,7 @@ func (ep *EP) driverConfig() driver.QPConfig {
 		cfg.PD = ep.pz.prov
 	}
 	if ep.srq != nil {
-		cfg.SRQ = ep.srq.prov
+		cfg.SRQ, cfg.SRQHeld = ep.srq.prov, &ep.srqHeld
 	}
 	if ep.recvEVD != nil {
 		cfg.RecvCQ = ep.recvEVD.cq

@@ -360,6 +360,9 @@ func (e *EVD) popLocked() Event {
 	e.ring[e.head] = Event{}
 	e.head = (e.head + 1) % len(e.ring)
 	e.n--
+	if ev.Number == DTOCompletionEvent && ev.DTO.Op == DTOReceive {
+		ev.DTO.EP.srqEventTaken()
+	}
 	return ev
 }
 

@@ -59,7 +59,9 @@ type SRQ struct {
 	// found by slot rather than by position. slotSGE keeps each slot's
 	// segments (MaxRecvIOV a slot, slotLen of them used), so that a
 	// receive an EP consumed but was freed before reporting can be posted
-	// again (restore). Guarded by slotMu.
+	// again (restore). The slices grow with the receives posted at once,
+	// up to MaxRecvDTOs, rather than being sized for it: an SRQ sized for
+	// thousands costs little until it holds them. Guarded by slotMu.
 	slotMu  sync.Mutex
 	slots   []uint64
 	free    []uint32
@@ -87,13 +89,19 @@ const (
 func (s *SRQ) takeSlot(cookie uint64, sges []driver.SGE) (uint64, bool) {
 	s.slotMu.Lock()
 	defer s.slotMu.Unlock()
+	n := s.attr.MaxRecvIOV
 	if len(s.free) == 0 {
-		return 0, false
+		if len(s.slots) == s.attr.MaxRecvDTOs {
+			return 0, false
+		}
+		s.free = append(s.free, uint32(len(s.slots)))
+		s.slots = append(s.slots, 0)
+		s.slotLen = append(s.slotLen, 0)
+		s.slotSGE = append(s.slotSGE, make([]driver.SGE, n)...)
 	}
 	i := s.free[len(s.free)-1]
 	s.free = s.free[:len(s.free)-1]
 	s.slots[i] = cookie
-	n := s.attr.MaxRecvIOV
 	s.slotLen[i] = uint8(copy(s.slotSGE[int(i)*n:int(i+1)*n], sges))
 	return srqWRIDBit | uint64(s.id)<<srqIDShift | uint64(i), true
 }
@@ -160,9 +168,22 @@ func (e *EVD) srqCompletionLocked(ep *EP, c *driver.Completion) (lost int) {
 		EP: ep, Cookie: cookie, Status: DTOStatus(c.Status), Length: c.Length, Op: DTOReceive,
 	}}
 	if !e.enqueueLocked(ev, true) {
+		ep.srqEventTaken() // lost: nobody will take it
 		lost++
 	}
 	return lost
+}
+
+// srqEventTaken counts off an SRQ receive of ep whose event the consumer
+// took (see driver.QPConfig.SRQHeld). Receive events of an EP without an
+// SRQ, or one already freed, are not counted.
+func (ep *EP) srqEventTaken() {
+	if ep == nil {
+		return
+	}
+	if v := ep.view.Load(); v != nil && v.srq {
+		ep.srqHeld.Add(-1)
+	}
 }
 
 // CreateSRQ creates a shared receive queue in pz (dat_srq_create).
@@ -198,11 +219,7 @@ func (ia *IA) CreateSRQ(pz *PZ, attr SRQAttr) (*SRQ, error) {
 	}
 	pz.refs++ // hold the PZ while the provider builds the SRQ
 	ia.mu.Unlock()
-	s := &SRQ{ia: ia, pz: pz, attr: attr, slots: make([]uint64, attr.MaxRecvDTOs), free: make([]uint32, attr.MaxRecvDTOs),
-		slotSGE: make([]driver.SGE, attr.MaxRecvDTOs*attr.MaxRecvIOV), slotLen: make([]uint8, attr.MaxRecvDTOs)}
-	for i := range s.free {
-		s.free[i] = uint32(len(s.free) - 1 - i)
-	}
+	s := &SRQ{ia: ia, pz: pz, attr: attr}
 	prov, err := creator.CreateSRQ(pz.prov, driver.SRQConfig{MaxRecvWR: attr.MaxRecvDTOs, MaxRecvSGE: attr.MaxRecvIOV,
 		LowWatermark: attr.LowWatermark, OnLowWatermark: s.lowWatermark})
 	ia.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -44,9 +45,9 @@ type IAAttr struct {
 	// SRQ's (DAT srq_ep_pz_difference_support).
 	SRQPDDifference bool
 	// SRQQPLimit reports that a QP on an SRQ never holds more than its
-	// QPConfig.MaxRecvWR of the SRQ's receives whose completions have not
-	// been polled: a Send beyond that finds no receive, as on a QP with a
-	// receive queue of its own.
+	// QPConfig.MaxRecvWR of the SRQ's receives (counted in
+	// QPConfig.SRQHeld): a Send beyond that finds no receive, as on a QP
+	// with a receive queue of its own.
 	SRQQPLimit bool
 	// MaxMR bounds registered regions; MaxMRSize bounds one region.
 	MaxMR     int
@@ -108,6 +109,13 @@ type CQConfig struct {
 type QPConfig struct {
 	PD  PD
 	SRQ SRQ // nil: the QP has its own receive queue
+	// SRQHeld, with an SRQ, counts the SRQ receives the QP holds: a
+	// provider that reports IAAttr.SRQQPLimit adds one when it takes a
+	// receive for the QP (and takes it off again if it never completes
+	// it), package dat subtracts one when the completion's event leaves
+	// the consumer's EVD, and the provider refuses a receive to a QP
+	// whose count has reached MaxRecvWR.
+	SRQHeld *atomic.Int32
 	// SendCQ and RecvCQ are where the QP's send-side and receive work
 	// requests complete (receives from SRQ included). Either may be nil
 	// when nothing will ever be posted to that queue.

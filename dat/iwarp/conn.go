@@ -34,8 +34,9 @@ type connection struct {
 	// Fixed at start from the QP configuration.
 	pd       *PD
 	srq      *SRQ
-	srqLimit int32 // SRQ receives the QP may hold (see takeRecv); 0: no limit
-	scq, rcq *CQ   // nil: nothing completes there
+	srqHeld  *atomic.Int32 // SRQ receives the QP holds (see takeRecv); nil: no limit
+	srqLimit int32
+	scq, rcq *CQ // nil: nothing completes there
 	tag      uint32
 	crc      bool
 	mulpdu   int // largest ULPDU_Length this side sends
@@ -140,7 +141,7 @@ func (c *connection) start(q *QP) {
 	c.idle.L = &q.mu
 	c.pd, _ = q.cfg.PD.(*PD)
 	c.srq, _ = q.cfg.SRQ.(*SRQ)
-	c.srqLimit = int32(min(q.cfg.MaxRecvWR, 1<<30))
+	c.srqHeld, c.srqLimit = q.cfg.SRQHeld, int32(min(q.cfg.MaxRecvWR, 1<<30))
 	c.scq, c.rcq, c.tag = q.scq, q.rcq, q.cfg.Tag
 	c.maxSend = q.cfg.MaxSendWR
 	c.maxSGE = q.cfg.MaxSendSGE
@@ -403,7 +404,9 @@ func (c *connection) dropLocked(rx *receiver) {
 	q := c.q
 	if rx.haveRecv && c.srq != nil {
 		c.srq.requeue(rx.recv)
-		rx.srqHeld.Add(-1)
+		if c.srqHeld != nil {
+			c.srqHeld.Add(-1)
+		}
 	}
 	rx.dropRecv()
 	rx.rd = nil

@@ -6,7 +6,6 @@ import (
 	"math"
 	"net"
 	"sync"
-	"sync/atomic"
 	"syscall"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
@@ -39,9 +38,6 @@ type receiver struct {
 	c  *connection
 	q  *QP
 	tc *net.TCPConn
-	// srqHeld counts the SRQ receives this QP took whose completions
-	// have not been polled (see takeRecv).
-	srqHeld atomic.Int32
 	// idle waits for the socket with nothing read ahead (readIdle); nil
 	// where the system has no such wait, and the buffer stays then.
 	idle    syscall.RawConn
@@ -395,8 +391,8 @@ func (rx *receiver) takeRecv(h *wire.Header) error {
 		// sends beyond what it was granted then breaks its own
 		// connection only, instead of emptying the SRQ that every other
 		// connection on it depends on. A receive counts from here until
-		// its completion is polled.
-		if s.Posted() == 0 || rx.c.srqLimit > 0 && rx.srqHeld.Load() >= rx.c.srqLimit {
+		// the consumer takes its event (QPConfig.SRQHeld).
+		if s.Posted() == 0 || rx.c.srqHeld != nil && rx.c.srqHeld.Load() >= rx.c.srqLimit {
 			return errNoRecv
 		}
 		if err := check(); err != nil {
@@ -406,7 +402,9 @@ func (rx *receiver) takeRecv(h *wire.Header) error {
 		if !ok {
 			return errNoRecv
 		}
-		rx.srqHeld.Add(1)
+		if rx.c.srqHeld != nil {
+			rx.c.srqHeld.Add(1)
+		}
 		rx.recv, rx.haveRecv = wr, true
 		return nil
 	}
@@ -454,13 +452,9 @@ func (rx *receiver) completeRecv(st driver.Status, length uint32, solicited bool
 		if st == driver.StatusSuccess {
 			c.Length, c.Solicited = length, solicited
 		}
-		if rx.c.srq != nil {
-			cq.pushHeld(c, &rx.srqHeld)
-		} else {
-			cq.push(c)
-		}
-	} else if rx.c.srq != nil {
-		rx.srqHeld.Add(-1)
+		cq.push(c)
+	} else if rx.c.srqHeld != nil && rx.c.srq != nil {
+		rx.c.srqHeld.Add(-1) // no completion: nobody else will count it off
 	}
 	rx.dropRecv()
 }

@@ -18,7 +18,7 @@ type SRQ struct {
 
 	mu        sync.Mutex
 	closed    bool
-	wrs       ring[recvWR]
+	wrs       ring[srqWR]
 	watermark int // armed low watermark, 0: disarmed
 }
 
@@ -41,7 +41,7 @@ func (s *SRQ) PostRecv(wr driver.RecvWR) error {
 	if s.wrs.len() >= s.cfg.MaxRecvWR {
 		return fmt.Errorf("iwarp: SRQ post recv: %d receives posted: %w", s.wrs.len(), driver.ErrQueueFull)
 	}
-	s.wrs.push(newRecvWR(wr))
+	s.wrs.push(newSRQWR(wr))
 	return nil
 }
 
@@ -73,7 +73,7 @@ func (s *SRQ) take() (recvWR, bool) {
 		s.mu.Unlock()
 		return recvWR{}, false
 	}
-	wr := s.wrs.pop()
+	wr := s.wrs.pop().recvWR()
 	fire := s.watermark > 0 && s.wrs.len() < s.watermark
 	if fire {
 		s.watermark = 0
@@ -93,7 +93,7 @@ func (s *SRQ) take() (recvWR, bool) {
 func (s *SRQ) requeue(wr recvWR) {
 	s.mu.Lock()
 	if !s.closed {
-		s.wrs.pushFront(wr)
+		s.wrs.pushFront(newSRQWR(driver.RecvWR{ID: wr.id, Local: wr.sge[:wr.n]}))
 	}
 	s.mu.Unlock()
 }

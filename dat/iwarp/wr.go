@@ -22,6 +22,39 @@ func newRecvWR(wr driver.RecvWR) recvWR {
 	return r
 }
 
+// srqWR is a receive posted to an SRQ, kept more compactly than recvWR:
+// an SRQ may hold thousands of receives, nearly always of one segment
+// each (rdmanet's shared control receives), so the first segment is
+// inline and any others are in an array of their own.
+type srqWR struct {
+	id   uint64
+	sge  driver.SGE
+	n    int32
+	more *[maxSGE - 1]driver.SGE
+}
+
+func newSRQWR(wr driver.RecvWR) srqWR {
+	r := srqWR{id: wr.ID, n: int32(len(wr.Local))}
+	if r.n > 0 {
+		r.sge = wr.Local[0]
+	}
+	if r.n > 1 {
+		r.more = new([maxSGE - 1]driver.SGE)
+		copy(r.more[:], wr.Local[1:])
+	}
+	return r
+}
+
+// recvWR is the receive in the form the data path takes it.
+func (w srqWR) recvWR() recvWR {
+	r := recvWR{id: w.id, n: int(w.n)}
+	r.sge[0] = w.sge
+	if w.more != nil {
+		copy(r.sge[1:], w.more[:])
+	}
+	return r
+}
+
 // sendWR is a posted Send, RDMA Write or RDMA Read with its local memory
 // resolved at post time. It lives in its connection's queues until it
 // finishes and is then recycled, so steady-state posting allocates nothing.
