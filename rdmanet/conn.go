@@ -29,8 +29,13 @@ type Conn struct {
 	cfg  connConfig
 	ep   *dat.EP
 	evd  *dat.EVD
-	ctrl *region // control receive and send slots (in mem)
-	mem  *connMemory
+	ctrl *region // control send slots, and receive slots without arena (in mem)
+	// arena is the IA's shared receive queue our control receives come
+	// from (ctrlpool.go); nil: they are our own, posted on our EP.
+	// arenaHeld: our reservation in it is not given back yet.
+	arena     *ctrlArena
+	arenaHeld bool
+	mem       *connMemory
 	// recv is our receive ring, which the peer RDMA-writes; stage is our
 	// staging buffer, the source of our RDMA Writes; dst is where in the
 	// peer's ring we write. Their memory can change while the stream
@@ -160,15 +165,24 @@ func newConn(s *sharedIA, cfg connConfig, log *slog.Logger, d *Dialer) (c *Conn,
 		return nil, err
 	}
 	c.evd.SetPollPolicy(cfg.poll)
+	if c.arena, err = s.ctrl.reserve(cfg.recvs); err != nil {
+		return nil, err
+	}
+	c.arenaHeld = c.arena != nil
 	attr := dat.EPAttr{
 		ServiceType: dat.ServiceTypeRC, MaxMessageSize: ctrlSlot, MaxRDMASize: uint32(cfg.maxBuf),
 		QoS: dat.QoSBestEffort, RecvCompletionFlags: dat.CompletionEVDThreshold, RequestCompletionFlags: dat.CompletionEVDThreshold,
 		MaxRecvDTOs: cfg.recvs, MaxRequestDTOs: cfg.sendDepth, MaxRecvIOV: 1, MaxRequestIOV: 2, MaxRDMAWriteIOV: 2,
 	}
-	if c.ep, err = s.ia.CreateEP(s.pz, c.evd, c.evd, c.evd, &attr); err != nil {
+	if c.arena != nil {
+		c.ep, err = s.ia.CreateEPWithSRQ(s.pz, c.evd, c.evd, c.evd, c.arena.srq, &attr)
+	} else {
+		c.ep, err = s.ia.CreateEP(s.pz, c.evd, c.evd, c.evd, &attr)
+	}
+	if err != nil {
 		return nil, err
 	}
-	if c.mem, err = s.getMemory(cfg.bufSize, (cfg.recvs+cfg.sendDepth)*ctrlSlot); err != nil {
+	if c.mem, err = s.getMemory(cfg.bufSize, (c.ownRecvs()+cfg.sendDepth)*ctrlSlot); err != nil {
 		return nil, err
 	}
 	c.ctrl = c.mem.ctrl
@@ -182,7 +196,7 @@ func newConn(s *sharedIA, cfg connConfig, log *slog.Logger, d *Dialer) (c *Conn,
 		return nil, err
 	}
 	c.stage = newSpans(sg)
-	for i := range cfg.recvs {
+	for i := range c.ownRecvs() {
 		if err = c.postRecv(i); err != nil {
 			return nil, err
 		}
@@ -484,12 +498,36 @@ func (c *Conn) awaitDisconnected() {
 // destroy frees the EP and the EVD (nobody polls them: the caller holds
 // pollMu, or the Conn never ran). Freeing the EP closes the provider's QP,
 // after which nothing writes into our memory any more.
+//
+// With an arena, the control receives the EVD still reports go back to
+// it, and then the reservation: see ctrlpool.go for why that order keeps
+// the shared queue's supply. An EP that cannot be freed keeps its
+// reservation.
 func (c *Conn) destroy() {
-	if c.ep != nil {
-		c.ep.Free()
-	}
+	freed := c.ep == nil || c.ep.Free() == nil
 	if c.evd != nil {
+		if c.arena != nil {
+			c.returnSlots()
+		}
 		c.evd.Free()
+	}
+	if c.arenaHeld && freed {
+		c.arenaHeld = false
+		c.arena.release(c.cfg.recvs)
+	}
+}
+
+// returnSlots posts back to the arena the slots of the control receives
+// still queued on the EVD.
+func (c *Conn) returnSlots() {
+	for {
+		ev, err := c.evd.Dequeue()
+		if err != nil {
+			return
+		}
+		if ev.Number == dat.DTOCompletionEvent && ev.DTO.Op == dat.DTOReceive && c.arena.valid(int(ev.DTO.Cookie)) {
+			c.arena.post(int(ev.DTO.Cookie))
+		}
 	}
 }
 

@@ -22,18 +22,43 @@ import (
 // (protocol version 1).
 const ctrlSlot = wire.SlotSize
 
-// The control region holds K receive slots followed by S send slots (one
-// per send-queue entry: a control Send with sequence number n uses send
-// slot n mod S, which is free again because at most S send-side requests
-// are outstanding).
-func (c *Conn) recvSlot(i int) []byte { return c.ctrl.buf[i*ctrlSlot : (i+1)*ctrlSlot] }
-
-func (c *Conn) sendSlotOff(seq uint64) uint64 {
-	return uint64(c.cfg.recvs+int(seq%uint64(c.cfg.sendDepth))) * ctrlSlot
+// The control region holds K receive slots, unless the receives come from
+// the IA's arena (ctrlpool.go), followed by S send slots (one per
+// send-queue entry: a control Send with sequence number n uses send slot
+// n mod S, which is free again because at most S send-side requests are
+// outstanding).
+func (c *Conn) recvSlot(i int) []byte {
+	if c.arena != nil {
+		return c.arena.slot(i)
+	}
+	return c.ctrl.buf[i*ctrlSlot : (i+1)*ctrlSlot]
 }
 
-// postRecv (re-)posts control receive slot i.
+// ownRecvs is how many receive slots the Conn's own region holds.
+func (c *Conn) ownRecvs() int {
+	if c.arena != nil {
+		return 0
+	}
+	return c.cfg.recvs
+}
+
+// validSlot reports whether a receive completion names one of our slots.
+func (c *Conn) validSlot(i int) bool {
+	if c.arena != nil {
+		return c.arena.valid(i)
+	}
+	return i >= 0 && i < c.cfg.recvs
+}
+
+func (c *Conn) sendSlotOff(seq uint64) uint64 {
+	return uint64(c.ownRecvs()+int(seq%uint64(c.cfg.sendDepth))) * ctrlSlot
+}
+
+// postRecv (re-)posts control receive slot i, to the arena or our EP.
 func (c *Conn) postRecv(i int) error {
+	if c.arena != nil {
+		return c.arena.post(i)
+	}
 	c.recvIOV[0] = c.ctrl.triplet(uint64(i*ctrlSlot), ctrlSlot)
 	return c.ep.PostRecv(c.recvIOV[:], uint64(i), dat.CompletionDefault)
 }

@@ -75,17 +75,23 @@ func (c *Conn) onEstablished(ev *dat.Event) {
 func (c *Conn) onRecv(ev *dat.Event) {
 	slot := int(ev.DTO.Cookie)
 	if ev.DTO.Status != dat.DTOSuccess {
+		if c.arena != nil && c.arena.valid(slot) {
+			c.arena.post(slot) // the arena's, whatever became of the message
+		}
 		if ev.DTO.Status != dat.DTOErrFlushed {
 			c.fail(fmt.Errorf("rdmanet: control receive failed: status %d", ev.DTO.Status))
 		}
 		return // flushed: the connection is going; its event follows
 	}
-	if slot < 0 || slot >= c.cfg.recvs || ev.DTO.Length > ctrlSlot {
+	if !c.validSlot(slot) || ev.DTO.Length > ctrlSlot {
 		c.fail(errProtocol("control message of %d bytes", ev.DTO.Length))
 		return
 	}
 	m, err := wire.Parse(c.recvSlot(slot)[:ev.DTO.Length])
 	if err != nil {
+		if c.arena != nil {
+			c.arena.post(slot)
+		}
 		c.fail(errProtocol("%v", err))
 		return
 	}
@@ -99,6 +105,8 @@ func (c *Conn) onRecv(ev *dat.Event) {
 			c.cc.reposted()
 			c.mu.Unlock()
 		}
+	} else if c.arena != nil {
+		c.arena.post(slot)
 	}
 	if err != nil {
 		c.fail(err)

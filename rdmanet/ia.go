@@ -32,6 +32,8 @@ type sharedIA struct {
 	// (mem.go), idleBytes its size; guarded by mu.
 	idleMem   []*connMemory
 	idleBytes int
+	// ctrl is where the connections' control receives come from.
+	ctrl ctrlPool
 }
 
 var iaTable = struct {
@@ -72,6 +74,7 @@ func acquireIA(ctx context.Context, name string) (*sharedIA, error) {
 		return nil, err
 	}
 	s := &sharedIA{name: name, ia: ia, pz: pz, refs: 1, templates: map[string]*Conn{}}
+	s.ctrl.s = s
 	if _, pa, err := ia.Query(); err == nil {
 		s.provider = pa.ProviderName
 	}
@@ -97,6 +100,7 @@ func (s *sharedIA) release() {
 	iaTable.mu.Unlock()
 	if last {
 		s.dropIdleMemory()
+		s.ctrl.close()
 		s.pz.Free()
 		if s.ia.Close(dat.CloseGraceful) != nil {
 			// Something of ours is still registered: a bug, but the

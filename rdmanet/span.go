@@ -98,12 +98,16 @@ type peerRing struct {
 func (p *peerRing) free(prod, cons uint64) uint64 { return p.r.Free(prod, max(cons, p.start)) }
 
 // mappedBytes is the memory the Conn has mapped for its receive ring,
-// staging buffer and control slots: its initial mapping, and the mappings
-// of grown rings and staging buffers (every span, and an offered ring).
+// staging buffer and control slots: its initial mapping, the mappings of
+// grown rings and staging buffers (every span, and an offered ring), and
+// its share of its IA's shared control receive slots (ctrlpool.go).
 func (c *Conn) mappedBytes() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := len(c.mem.mapping)
+	if c.arena != nil {
+		n += slotsFor(c.cfg.recvs) * ctrlSlot
+	}
 	own := func(r *region) {
 		if r != nil && r.home == nil {
 			n += len(r.buf)

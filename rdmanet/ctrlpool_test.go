@@ -1,0 +1,248 @@
+package rdmanet
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestSharedReceivesModel runs the shared receive queue's accounting
+// (supply, slotsFor) with the credit rules (credits) of many connections
+// that come and go, under random scheduling, and checks ctrlpool.go's
+// promise: a message a peer sends within its credits never finds the SRQ
+// empty (on iWARP that would end an innocent connection). The steps
+// follow the real holding rules: the adapter takes a receive for a
+// message unless the QP already holds K whose events were not dequeued
+// (then that connection ends); the connection dequeues one event at a
+// time and applies it, re-posting its slot, before it dequeues the next;
+// closing loses the messages in flight and gives back what is held, then
+// the reservation. One peer in six ignores its credits.
+func TestSharedReceivesModel(t *testing.T) {
+	type conn struct {
+		k        int
+		peer, us credits // the peer's credits towards us, ours towards it
+		toUs     []uint16
+		toPeer   []uint16
+		queued   []uint16 // taken from the SRQ, event not dequeued
+		inHand   []uint16 // dequeued, being applied (at most one)
+		hostile  bool
+		pending  int
+	}
+	for seed := range uint64(300) {
+		r := rand.New(rand.NewPCG(seed, 11))
+		var sup supply
+		posted := 0
+		var conns []*conn
+		open := func() {
+			c := &conn{k: 2 + r.IntN(40), hostile: r.IntN(6) == 0}
+			peerK := 2 + r.IntN(40)
+			c.peer = credits{avail: c.k, k: peerK}
+			c.us = credits{avail: peerK, k: c.k}
+			n := sup.toMake(slotsFor(c.k))
+			sup.made += n
+			posted += n
+			sup.reserve(slotsFor(c.k))
+			conns = append(conns, c)
+		}
+		closeConn := func(i int) {
+			c := conns[i]
+			posted += len(c.queued) + len(c.inHand) // dat restores, we post back
+			sup.release(slotsFor(c.k))
+			conns = append(conns[:i], conns[i+1:]...)
+		}
+		for step := 0; step < 30000; step++ {
+			if len(conns) == 0 || r.IntN(60) == 0 && len(conns) < 30 {
+				open()
+				continue
+			}
+			i := r.IntN(len(conns))
+			c := conns[i]
+			switch r.IntN(8) {
+			case 0:
+				c.pending++
+			case 1: // the peer sends: within its credits, or a burst if hostile
+				if c.hostile && r.IntN(2) == 0 {
+					for range 1 + r.IntN(2*c.k) {
+						c.toUs = append(c.toUs, 0)
+					}
+				} else if (c.pending > 0 || c.peer.grantDue()) && c.peer.canSend() {
+					c.toUs = append(c.toUs, c.peer.sent())
+					c.pending = max(0, c.pending-1)
+				}
+			case 2: // a message arrives
+				if len(c.toUs) == 0 {
+					break
+				}
+				if len(c.queued) >= c.k {
+					if !c.hostile {
+						t.Fatalf("seed %d step %d: a peer within its credits met the QP limit", seed, step)
+					}
+					closeConn(i) // no receive for it: the connection ends
+					break
+				}
+				if posted == 0 {
+					t.Fatalf("seed %d step %d: the SRQ is empty for a %s peer (made %d, reserved %d, %d connections)",
+						seed, step, map[bool]string{true: "hostile", false: "credit-keeping"}[c.hostile],
+						sup.made, sup.reserved, len(conns))
+				}
+				posted--
+				c.queued = append(c.queued, c.toUs[0])
+				c.toUs = c.toUs[1:]
+			case 3: // dequeue one event, unless one is being applied
+				if len(c.queued) > 0 && len(c.inHand) == 0 {
+					c.inHand = append(c.inHand, c.queued[0])
+					c.queued = c.queued[1:]
+				}
+			case 4: // apply it and re-post its slot
+				if len(c.inHand) > 0 {
+					if !c.hostile {
+						c.us.received(c.inHand[0])
+					}
+					c.inHand = c.inHand[:0]
+					posted++
+					c.us.reposted()
+				}
+			case 5: // we send (a grant at least, when due)
+				if (r.IntN(2) == 0 || c.us.grantDue()) && c.us.canSend() {
+					c.toPeer = append(c.toPeer, c.us.sent())
+				}
+			case 6: // the peer applies one of ours (its receives are its own)
+				if len(c.toPeer) > 0 {
+					c.peer.received(c.toPeer[0])
+					c.toPeer = c.toPeer[1:]
+					c.peer.reposted()
+				}
+			case 7:
+				if r.IntN(20) == 0 {
+					closeConn(i)
+				}
+			}
+			if posted > sup.made || sup.made < sup.reserved {
+				t.Fatalf("seed %d step %d: %d posted of %d made, %d reserved", seed, step, posted, sup.made, sup.reserved)
+			}
+			// The claim itself, without the slack of whole chunks: the
+			// reservation alone leaves room for every credit-keeping
+			// peer's remaining K − h − u.
+			free, owed := sup.reserved, 0
+			for _, c := range conns {
+				h := len(c.queued) + len(c.inHand)
+				free -= h
+				if !c.hostile {
+					owed += c.k - h - c.us.ungranted
+				}
+			}
+			if free < owed {
+				t.Fatalf("seed %d step %d: %d slots left of the reservation for %d sends owed", seed, step, free, owed)
+			}
+		}
+	}
+}
+
+// TestControlReceivesShared: on iwarp, every connection's control
+// receives come from its IA's shared receive queue, connections that end
+// in every way (graceful closes, a peer gone mid-stream, a write cut off)
+// give every slot back, and once they are all gone each SRQ holds all the
+// slots it was given and no reservation is left.
+func TestControlReceivesShared(t *testing.T) {
+	lc := ListenConfig{IA: "iwarp"}
+	l, err := lc.Listen(context.Background(), "rdma", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	var acceptLoop, served sync.WaitGroup
+	acceptLoop.Add(1)
+	go func() {
+		defer acceptLoop.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			served.Add(1)
+			go func() {
+				defer served.Done()
+				defer c.Close()
+				io.Copy(c, c) // echo until EOF or a reset
+			}()
+		}
+	}()
+	// Dialing from the listener's address puts both ends on one IA, which
+	// the listener keeps open after the connections are gone.
+	d := Dialer{IA: "iwarp", LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}, Timeout: 10 * time.Second}
+	var pool *ctrlPool
+	var dialed sync.WaitGroup
+	for i := range 40 {
+		nc, err := d.Dial("rdma", l.Addr().String())
+		require.NoError(t, err)
+		c := nc.(*Conn)
+		require.NotNil(t, c.arena, "connection %d posts its own receives", i)
+		if pool == nil {
+			pool = c.arena.pool
+		}
+		require.Same(t, pool, c.arena.pool)
+		dialed.Add(1)
+		go func() {
+			defer dialed.Done()
+			msg := bytes.Repeat([]byte{byte(i)}, 64<<10)
+			switch i % 4 {
+			case 0, 1: // an echoed stream, then a graceful close
+				go c.Write(msg)
+				got := make([]byte, len(msg))
+				if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, msg) {
+					t.Errorf("connection %d: echo: %v", i, err)
+				}
+				c.Close()
+			case 2: // closed while the echo is still coming (a message
+				// both rings hold: nobody reads the echo)
+				c.Write(msg[:4<<10])
+				c.Close()
+			case 3: // closed while writing
+				go func() { time.Sleep(time.Millisecond); c.Close() }()
+				for {
+					if _, err := c.Write(msg); err != nil {
+						return
+					}
+				}
+			}
+		}()
+	}
+	dialed.Wait()
+	served.Wait()
+	defer acceptLoop.Wait()
+	defer l.Close()
+	require.Eventually(t, func() bool {
+		registry.mu.Lock()
+		defer registry.mu.Unlock()
+		return len(registry.conns) == 0
+	}, 10*time.Second, 10*time.Millisecond)
+
+	pool.mu.Lock()
+	defer pool.mu.Unlock()
+	require.NotEmpty(t, pool.arenas, "the last SRQ stays for the next connections")
+	for _, a := range pool.arenas {
+		q, err := a.srq.Query()
+		require.NoError(t, err)
+		require.Zero(t, a.conns)
+		require.Zero(t, a.sup.reserved)
+		require.Equal(t, a.sup.made, q.Posted, "every slot is back on the SRQ")
+	}
+}
+
+// TestOwnReceives: where receives are a connection's own (the verbs
+// provider; forced here on iwarp), streams still flow both ways.
+func TestOwnReceives(t *testing.T) {
+	testOwnReceives = true
+	defer func() { testOwnReceives = false }()
+	c1, c2, stop := pipe(t, "iwarp", 0)
+	defer stop()
+	require.Nil(t, c1.arena)
+	require.Nil(t, c2.arena)
+	stream(t, c1, c2, 8<<20, 100<<10)
+	stream(t, c2, c1, 8<<20, 3000)
+}
