@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -245,4 +246,69 @@ func TestOwnReceives(t *testing.T) {
 	require.Nil(t, c2.arena)
 	stream(t, c1, c2, 8<<20, 100<<10)
 	stream(t, c2, c1, 8<<20, 3000)
+}
+
+// TestControlFloodBreaksOnlyItsConnection: a peer that sends control
+// messages beyond its credits, to a connection that is not reading,
+// loses its own connection once it holds that connection's K receives;
+// the other connections on the same shared receive queue keep theirs
+// and go on streaming.
+func TestControlFloodBreaksOnlyItsConnection(t *testing.T) {
+	lc := ListenConfig{IA: "iwarp"}
+	l, err := lc.Listen(context.Background(), "rdma", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	d := Dialer{IA: "iwarp", Timeout: 10 * time.Second}
+	accept := func() (dialed, accepted *Conn) {
+		ch := make(chan net.Conn, 1)
+		go func() {
+			c, _ := l.Accept()
+			ch <- c
+		}()
+		nc, err := d.Dial("rdma", l.Addr().String())
+		require.NoError(t, err)
+		t.Cleanup(func() { nc.Close() })
+		ac := <-ch
+		require.NotNil(t, ac)
+		t.Cleanup(func() { ac.Close() })
+		return nc.(*Conn), ac.(*Conn)
+	}
+	hostile, victim := accept()
+	honest, other := accept()
+	require.NotNil(t, victim.arena)
+	require.Same(t, victim.arena, other.arena)
+
+	// The hostile side posts control messages with no regard for its
+	// credits, as fast as its send queue lets it, to a victim that never
+	// reads: 500 of them would take 500 of the shared receives.
+	sent := 0
+	for limit := time.Now().Add(10 * time.Second); sent < 500 && time.Now().Before(limit); {
+		hostile.postMu.Lock()
+		hostile.mu.Lock()
+		if hostile.err != nil {
+			hostile.mu.Unlock()
+			hostile.postMu.Unlock()
+			break
+		}
+		if hostile.posted-hostile.completed < uint64(hostile.cfg.sendDepth) {
+			hostile.postControlLocked(nil)
+			sent++
+		} else {
+			hostile.mu.Unlock()
+		}
+		hostile.postMu.Unlock()
+		hostile.pollQueued()
+	}
+	t.Logf("the hostile side posted %d control messages", sent)
+	victim.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = victim.Read(make([]byte, 1))
+	require.ErrorIs(t, err, syscall.ECONNRESET, "the flooded connection must end")
+
+	// Deadlines make a starved connection fail the test rather than hang
+	// it.
+	for _, c := range []*Conn{honest, other} {
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+	}
+	stream(t, honest, other, 16<<20, 64<<10)
+	stream(t, other, honest, 16<<20, 64<<10)
 }
