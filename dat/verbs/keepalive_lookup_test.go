@@ -165,7 +165,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(waitTimeout); !cond(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %v", what, waitTimeout)
+			t.Fatalf("waited %v for %s", waitTimeout, what)
 		}
 	}
 }

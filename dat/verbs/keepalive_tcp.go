@@ -25,6 +25,9 @@ var errNoSockDiag = errors.New("the kernel does not answer sock_diag")
 // tcpConn names the TCP connection an iWARP connection runs on.
 type tcpConn struct{ local, remote netip.AddrPort }
 
+// String is the four-tuple as "local -> remote", for messages.
+func (t tcpConn) String() string { return t.local.String() + " -> " + t.remote.String() }
+
 // tcpOf returns the four-tuple of c's TCP connection, as rdma_cm reports
 // it (no syscall).
 func tcpOf(c *conn) (*tcpConn, error) {
@@ -67,7 +70,7 @@ func (k *keeper) tickTCP(t *tcpConn) {
 		}
 		if err != nil {
 			k.tcp = nil
-			read := k.fallBack(fmt.Errorf("%v -> %v: %w", t.local, t.remote, err))
+			read := k.fallBack(fmt.Errorf("%v: %w", t, err))
 			if read {
 				k.read = true
 			} else {
