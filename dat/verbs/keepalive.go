@@ -67,10 +67,11 @@ import (
 //     mapper that rewrote the port) is found out only at the first tick,
 //     and the connection has the ORD its consumer asked for: with 0, as
 //     rdmanet's, it has no probe and its keeper ends (logged at Debug).
-//     So has a connection whose peer grants no inbound Read (IRD 0,
-//     hence ORD 0) on a kernel without sock_diag: siw refuses a Read on
-//     a QP with ORD 0 only once the request is in its send queue, where
-//     it then blocks every later request.
+//     A connection whose peer grants no inbound Read (IRD 0, hence ORD
+//     0) on a kernel without sock_diag gets no keeper either. Probing
+//     such a connection anyway would wedge it: siw refuses a Read on a QP
+//     with ORD 0 only once the request is in its send queue, where it
+//     then blocks every later request.
 //
 // Completions reach the counters the keeper reads (QP.sendDone and
 // recvDone) only when someone polls the CQ, so each tick polls the QP's
@@ -82,8 +83,9 @@ type keeper struct {
 	// idle is the silence before a probe; limit how long a probe may go
 	// unacknowledged with no other completion (Interval × Count).
 	idle, limit time.Duration
-	// read: probe with an RDMA Read (iWARP without sock_diag) instead of
-	// a Write. Guarded by q.mu, as tcp and tcpSeen are.
+	// read: probe with an RDMA Read (iWARP where the kernel does not
+	// show the TCP socket) instead of a Write. Guarded by q.mu, as tcp
+	// and tcpSeen are.
 	read bool
 	// tcp is the connection's TCP four-tuple on iWARP, where the kernel's
 	// view of that socket tells whether the peer answers (tickTCP); nil
