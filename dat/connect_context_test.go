@@ -26,9 +26,7 @@ func dequeueNow(t *testing.T, evd *dat.EVD, want dat.EventNumber) dat.Event {
 // CONNECTED.
 func TestConnectContextEstablished(t *testing.T) {
 	c, s := newSide(t, "lo"), newSide(t, "lo")
-	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
-	require.NoError(t, err)
-	defer psp.Free()
+	psp := s.psp(t)
 	// The server answers from a goroutine of its own while the client's
 	// call is in progress.
 	served := make(chan error, 2)
@@ -119,9 +117,7 @@ func TestConnectContextReturns(t *testing.T) {
 func TestAcceptLocallyEstablished(t *testing.T) {
 	iwarpOnly(t, "an accept that does not wait for the peer")
 	c, s := newSide(t, "lo"), newSide(t, "lo")
-	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
-	require.NoError(t, err)
-	defer psp.Free()
+	psp := s.psp(t)
 	cep := c.ep(t)
 	require.NoError(t, cep.Connect(loopback, psp.Qual(), dat.TimeoutOf(eventWait), nil, dat.QoSBestEffort, dat.ConnectDefault))
 	ev := waitFor(t, s.evd, dat.ConnectionRequestEvent)

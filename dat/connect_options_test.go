@@ -31,9 +31,7 @@ func freeTCPPort(t *testing.T) uint16 {
 // connection's, on both ends' view of it.
 func TestConnectOptionsLocalPort(t *testing.T) {
 	client, server := newSide(t, "lo"), newSide(t, "lo")
-	psp, err := server.ia.CreatePSPAny(server.evd, dat.PSPConsumer, nil)
-	require.NoError(t, err)
-	defer psp.Free()
+	psp := server.psp(t)
 	port := freeTCPPort(t)
 	cep := client.ep(t)
 	require.NoError(t, cep.SetConnectOptions(&dat.ConnectOptions{LocalAddr: netip.AddrPortFrom(loopback, port)}))
@@ -58,9 +56,7 @@ func TestConnectOptionsLocalPort(t *testing.T) {
 func TestConnectOptionsControl(t *testing.T) {
 	iwarpOnly(t, "verbs has no socket for Control")
 	client, server := newSide(t, "lo"), newSide(t, "lo")
-	psp, err := server.ia.CreatePSPAny(server.evd, dat.PSPConsumer, nil)
-	require.NoError(t, err)
-	defer psp.Free()
+	psp := server.psp(t)
 	boom := errors.New("boom")
 	cep := client.ep(t)
 	require.NoError(t, cep.SetConnectOptions(&dat.ConnectOptions{
@@ -84,9 +80,7 @@ func TestConnectOptionsNotSupported(t *testing.T) {
 	require.NoError(t, err)
 	c := side{ia: ia, pz: pz, evd: evd}
 	server := newSide(t, "lo")
-	psp, err := server.ia.CreatePSPAny(server.evd, dat.PSPConsumer, nil)
-	require.NoError(t, err)
-	defer psp.Free()
+	psp := server.psp(t)
 
 	ep := c.ep(t)
 	require.NoError(t, ep.SetConnectOptions(&dat.ConnectOptions{LocalAddr: netip.AddrPortFrom(loopback, 1)}))

@@ -76,8 +76,7 @@ func TestConnectPrivateData(t *testing.T) {
 	if testProvider == "iwarp" {
 		require.Equal(t, 252, max, "the iWARP provider's limit (siw: 256 minus the MPA v2 block)")
 	}
-	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
-	require.NoError(t, err)
+	psp := s.psp(t)
 	for _, sz := range [][2]int{{0, 0}, {1, 1}, {max, max}, {max, 0}, {0, max}, {1, max}} {
 		cpd, apd := pattern(sz[0]), pattern(sz[1])
 		t.Run("connect "+strconv.Itoa(sz[0])+" bytes, accept "+strconv.Itoa(sz[1])+" bytes", func(t *testing.T) {
@@ -123,11 +122,10 @@ func TestConnectPrivateData(t *testing.T) {
 func TestPrivateDataTooLong(t *testing.T) {
 	c, s := newSide(t, "lo"), newSide(t, "lo")
 	max := maxPD(t, c.ia)
-	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
-	require.NoError(t, err)
+	psp := s.psp(t)
 	cep := c.ep(t)
 
-	err = connectTo(cep, psp.Qual(), dat.TimeoutOf(eventWait), pattern(max+1))
+	err := connectTo(cep, psp.Qual(), dat.TimeoutOf(eventWait), pattern(max+1))
 	requireExact(t, err, dat.InvalidParameter, dat.Arg(6))
 	require.Equal(t, dat.EPUnconnected, state(t, cep))
 
@@ -150,8 +148,7 @@ func TestPrivateDataTooLong(t *testing.T) {
 // PEER_REJECTED (DAT 2.0/DAPL: carries reject private data)".
 func TestConnectPeerRejected(t *testing.T) {
 	c, s := newSide(t, "lo"), newSide(t, "lo")
-	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
-	require.NoError(t, err)
+	psp := s.psp(t)
 	for _, pd := range [][]byte{nil, []byte("busy, try later"), pattern(maxPD(t, s.ia))} {
 		t.Run(strconv.Itoa(len(pd))+" bytes of reject data", func(t *testing.T) {
 			if a, _, err := c.ia.Query(); err == nil && len(pd) == 0 && testProvider != "iwarp" && a.Transport == "iwarp" {
@@ -224,8 +221,7 @@ func TestConnectTimeouts(t *testing.T) {
 // UNCONNECTED.
 func TestConnectReturns(t *testing.T) {
 	c, s := newSide(t, "lo"), newSide(t, "lo")
-	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
-	require.NoError(t, err)
+	psp := s.psp(t)
 	ep := c.ep(t)
 	q := psp.Qual()
 	cases := []struct {
@@ -260,7 +256,7 @@ func TestConnectReturns(t *testing.T) {
 		})
 	}
 	// Nothing above reached the PSP.
-	_, err = s.evd.Dequeue()
+	_, err := s.evd.Dequeue()
 	requireCode(t, err, dat.QueueEmpty, 0)
 }
 
@@ -461,8 +457,7 @@ func closeName(f dat.CloseFlags) string {
 func TestReset(t *testing.T) {
 	t.Run("DISCONNECTED: back to UNCONNECTED, and connects again", func(t *testing.T) {
 		c, s := newSide(t, "lo"), newSide(t, "lo")
-		psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
-		require.NoError(t, err)
+		psp := s.psp(t)
 		cep := c.ep(t)
 		for round := 0; round < 3; round++ {
 			require.NoError(t, connectTo(cep, psp.Qual(), dat.TimeoutOf(eventWait), []byte{byte(round)}))
@@ -721,10 +716,9 @@ func TestRSP(t *testing.T) {
 	}
 	t.Run("dat_rsp_create: DAT_CONN_QUAL_IN_USE", func(t *testing.T) {
 		s := newSide(t, "lo")
-		psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
-		require.NoError(t, err)
+		psp := s.psp(t)
 		ep := s.ep(t)
-		_, err = s.ia.CreateRSP(psp.Qual(), ep, s.evd)
+		_, err := s.ia.CreateRSP(psp.Qual(), ep, s.evd)
 		requireCode(t, err, dat.ConnQualInUse, 0)
 		require.ErrorIs(t, err, dat.ErrConnQualInUse)
 		require.Equal(t, dat.EPUnconnected, state(t, ep))
@@ -813,8 +807,7 @@ func TestPSPProvider(t *testing.T) {
 func TestCRAcceptRules(t *testing.T) {
 	c, s := newSide(t, "lo"), newSide(t, "lo")
 	other := newSide(t, "lo")
-	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
-	require.NoError(t, err)
+	psp := s.psp(t)
 	cep := c.ep(t)
 	require.NoError(t, connectTo(cep, psp.Qual(), dat.TimeoutOf(eventWait), nil))
 	cr := waitFor(t, s.evd, dat.ConnectionRequestEvent).CR.CR
@@ -879,14 +872,13 @@ func TestCRAcceptRules(t *testing.T) {
 // DAT_INVALID_PARAMETER.
 func TestPSPCreate(t *testing.T) {
 	s, other := newSide(t, "lo"), newSide(t, "lo")
-	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
-	require.NoError(t, err)
+	psp := s.psp(t)
 	for _, ia := range []*dat.IA{s.ia, other.ia} {
 		evd := s.evd
 		if ia == other.ia {
 			evd = other.evd
 		}
-		_, err = ia.CreatePSP(psp.Qual(), evd, dat.PSPConsumer, nil)
+		_, err := ia.CreatePSP(psp.Qual(), evd, dat.PSPConsumer, nil)
 		requireCode(t, err, dat.ConnQualInUse, 0)
 		require.ErrorIs(t, err, dat.ErrConnQualInUse)
 	}
@@ -1027,8 +1019,7 @@ func TestAcceptCompletionError(t *testing.T) {
 	if a, _, err := s.ia.Query(); err == nil && a.Transport != "iwarp" {
 		t.Skipf("the initiator is hand-written MPA over TCP, which only an iWARP IA accepts; this IA is %s", a.Transport)
 	}
-	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
-	require.NoError(t, err)
+	psp := s.psp(t)
 	conn, err := net.DialTimeout("tcp", psp.Addr().String(), eventWait)
 	require.NoError(t, err)
 	_, err = conn.Write(mpaRequest([]byte("gone soon")))

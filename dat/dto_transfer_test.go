@@ -216,8 +216,7 @@ func TestDTOSRQFeedsThreeEPs(t *testing.T) {
 		require.NoError(t, srq.PostRecv([]dat.LMRTriplet{buf.seg(i*64, 64)}, uint64(100+i)))
 	}
 	require.NoError(t, srq.SetLowWatermark(4))
-	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
-	require.NoError(t, err)
+	psp := s.psp(t)
 	type peer struct {
 		c        side
 		cep, sep *dat.EP

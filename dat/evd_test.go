@@ -326,8 +326,7 @@ func TestEVDOverflowConnectionEvent(t *testing.T) {
 	ep, err := c.ia.CreateEP(c.pz, small, small, small, nil)
 	require.NoError(t, err)
 
-	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
-	require.NoError(t, err)
+	psp := s.psp(t)
 	require.NoError(t, ep.Connect(loopback, psp.Qual(), dat.TimeoutOf(eventWait), nil, dat.QoSBestEffort, dat.ConnectDefault))
 	req := waitFor(t, s.evd, dat.ConnectionRequestEvent)
 	require.NoError(t, req.CR.CR.Accept(s.ep(t), nil))

@@ -307,8 +307,7 @@ func TestHandlesInUse(t *testing.T) {
 	}
 	t.Run("dat_evd_free: an EVD released by a failed dat_psp_create is not in use", func(t *testing.T) {
 		s := newSide(t, "lo")
-		psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
-		require.NoError(t, err)
+		psp := s.psp(t)
 		evd, err := s.ia.CreateEVD(8, dat.EVDCR)
 		require.NoError(t, err)
 		_, err = s.ia.CreatePSP(psp.Qual(), evd, dat.PSPConsumer, nil)

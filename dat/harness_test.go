@@ -261,3 +261,13 @@ func requirePD(t testing.TB, ia *dat.IA, sent, got []byte) {
 	t.Helper()
 	require.True(t, bytes.Equal(wirePD(t, ia, sent), got), "private data: sent %q, got %q", sent, got)
 }
+
+// psp creates a consumer PSP on a free qualifier whose connection requests
+// go to the side's EVD, and frees it when the test ends.
+func (s side) psp(t testing.TB) *dat.PSP {
+	t.Helper()
+	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { psp.Free() })
+	return psp
+}

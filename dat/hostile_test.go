@@ -127,8 +127,7 @@ func TestHostileResponder(t *testing.T) {
 // request timeout) so the silent client is dropped quickly.
 func TestHostileInitiator(t *testing.T) {
 	s, c := newMarkedSide(t, "lo-fast"), newSide(t, "lo")
-	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
-	require.NoError(t, err)
+	psp := s.psp(t)
 	addr := psp.Addr().(*net.TCPAddr)
 	dst := net.JoinHostPort(loopback.String(), strconv.Itoa(addr.Port))
 	garbage := bytes.Repeat([]byte{0x5A}, 64)

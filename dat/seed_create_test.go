@@ -201,8 +201,7 @@ func TestSeedCreateCompletionFlagRules(t *testing.T) {
 // are set": an EP without a PZ cannot connect until Modify gives it one.
 func TestSeedCreateWithoutPZ(t *testing.T) {
 	c, s := newSide(t, "lo"), newSide(t, "lo")
-	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
-	require.NoError(t, err)
+	psp := s.psp(t)
 	ep, err := c.ia.CreateEP(nil, c.evd, c.evd, c.evd, nil)
 	require.NoError(t, err)
 	err = ep.Connect(loopback, psp.Qual(), dat.TimeoutInfinite, nil, dat.QoSBestEffort, dat.ConnectDefault)

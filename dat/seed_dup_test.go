@@ -24,8 +24,7 @@ import (
 // CONNECTED.
 func TestSeedDupConnectEstablished(t *testing.T) {
 	c, s := newSide(t, "lo"), newSide(t, "lo")
-	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
-	require.NoError(t, err)
+	psp := s.psp(t)
 	first := c.ep(t)
 	require.NoError(t, first.Connect(loopback, psp.Qual(), dat.TimeoutInfinite, []byte("first"), dat.QoSBestEffort, dat.ConnectDefault))
 	ev := waitFor(t, s.evd, dat.ConnectionRequestEvent)
@@ -62,8 +61,7 @@ func TestSeedDupConnectEstablished(t *testing.T) {
 // it. The peer is a real DAT server side.
 func dupFixture(t *testing.T) (c, s side, psp *dat.PSP, first, ep *dat.EP) {
 	c, s = newSide(t, "lo"), newSide(t, "lo")
-	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
-	require.NoError(t, err)
+	psp = s.psp(t)
 	first = c.ep(t)
 	require.NoError(t, first.Connect(loopback, psp.Qual(), dat.TimeoutInfinite, nil, dat.QoSBestEffort, dat.ConnectDefault))
 	ev := waitFor(t, s.evd, dat.ConnectionRequestEvent)

@@ -136,8 +136,7 @@ func TestSeedSRQBinding(t *testing.T) {
 	requireCode(t, srq.Free(), dat.InvalidState, dat.StateSRQInUse)
 
 	// Connect, disconnect, reset: the SRQ stays.
-	psp, err := s.ia.CreatePSPAny(s.evd, dat.PSPConsumer, nil)
-	require.NoError(t, err)
+	psp := s.psp(t)
 	require.NoError(t, ep.Connect(loopback, psp.Qual(), dat.TimeoutInfinite, nil, dat.QoSBestEffort, dat.ConnectDefault))
 	ev := waitFor(t, s.evd, dat.ConnectionRequestEvent)
 	require.NoError(t, ev.CR.CR.Reject([]byte("no")))

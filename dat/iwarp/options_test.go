@@ -87,25 +87,36 @@ func connectWith(t *testing.T, opts driver.ConnectOptions, lcfg driver.ListenCon
 	return p, r
 }
 
-// TestKeepAliveOptions: both ends of a connection get TCP keepalive as
-// net.Dialer and net.ListenConfig would set it, and a user timeout of
-// Idle + Interval × Count.
-func TestKeepAliveOptions(t *testing.T) {
-	leakCheck(t)
+// keepAliveCase is a keepalive setting (KeepAlive and KeepAliveConfig,
+// the same for a connect and a listener) and the socket options it
+// should give.
+type keepAliveCase struct {
+	name     string
+	ka       time.Duration
+	cfg      net.KeepAliveConfig
+	want     sockopts // userTimeout: what an MPA connection gets
+	wantNoKA bool
+}
+
+// keepAliveCases are the settings TestKeepAliveOptions and
+// TestKeepAliveFallback try.
+var keepAliveCases = func() []keepAliveCase {
 	short := net.KeepAliveConfig{Enable: true, Idle: 2 * time.Second, Interval: time.Second, Count: 3}
-	for _, tc := range []struct {
-		name     string
-		ka       time.Duration
-		cfg      net.KeepAliveConfig
-		want     sockopts
-		wantNoKA bool
-	}{
+	return []keepAliveCase{
 		{name: "default", want: sockopts{1, 15, 15, 9, 150_000}},
 		{name: "period", ka: 5 * time.Second, want: sockopts{1, 5, 15, 9, 140_000}},
 		{name: "config", cfg: short, want: sockopts{1, 2, 1, 3, 5_000}},
 		{name: "config wins over negative", ka: -1, cfg: short, want: sockopts{1, 2, 1, 3, 5_000}},
 		{name: "off", ka: -1, wantNoKA: true},
-	} {
+	}
+}()
+
+// TestKeepAliveOptions: both ends of a connection get TCP keepalive as
+// net.Dialer and net.ListenConfig would set it, and a user timeout of
+// Idle + Interval × Count.
+func TestKeepAliveOptions(t *testing.T) {
+	leakCheck(t)
+	for _, tc := range keepAliveCases {
 		t.Run(tc.name, func(t *testing.T) {
 			p, _ := connectWith(t, driver.ConnectOptions{KeepAlive: tc.ka, KeepAliveConfig: tc.cfg},
 				driver.ListenConfig{KeepAlive: tc.ka, KeepAliveConfig: tc.cfg})
@@ -134,17 +145,7 @@ func TestKeepAliveOptions(t *testing.T) {
 // (admission sets it only on the connections it hands on).
 func TestKeepAliveFallback(t *testing.T) {
 	leakCheck(t)
-	short := net.KeepAliveConfig{Enable: true, Idle: 2 * time.Second, Interval: time.Second, Count: 3}
-	for _, tc := range []struct {
-		name string
-		ka   time.Duration
-		cfg  net.KeepAliveConfig
-		want sockopts // userTimeout not compared: only MPA connections get one
-	}{
-		{name: "default", want: sockopts{keepalive: 1, idle: 15, intvl: 15, cnt: 9}},
-		{name: "config", cfg: short, want: sockopts{keepalive: 1, idle: 2, intvl: 1, cnt: 3}},
-		{name: "off", ka: -1},
-	} {
+	for _, tc := range keepAliveCases {
 		t.Run(tc.name, func(t *testing.T) {
 			type result struct {
 				o   sockopts
@@ -175,13 +176,15 @@ func TestKeepAliveFallback(t *testing.T) {
 			if r.err != nil {
 				t.Fatal(r.err)
 			}
-			r.o.userTimeout = 0
-			if tc.want.keepalive == 0 {
+			// userTimeout not compared: only MPA connections get one.
+			want := tc.want
+			r.o.userTimeout, want.userTimeout = 0, 0
+			if tc.wantNoKA {
 				if r.o.keepalive != 0 {
 					t.Errorf("keepalive off: got %+v", r.o)
 				}
-			} else if r.o != tc.want {
-				t.Errorf("got %+v, want %+v", r.o, tc.want)
+			} else if r.o != want {
+				t.Errorf("got %+v, want %+v", r.o, want)
 			}
 		})
 	}

@@ -49,14 +49,23 @@
 // connection is idle while nothing came from the peer, the probe (a
 // zero-length Write again) only makes TCP send a segment, and a peer whose
 // TCP acknowledges nothing outstanding for Idle + Interval × Count is
-// gone. Only where the kernel does not show the socket does the keeper
-// fall back to a zero-length RDMA Read, which completes when its response
-// arrives: the connection then asks for ORD and IRD of at least 1, and
-// gets no keeper if the peer grants no Read (ORD 0 once negotiated). It
-// is a fallback because siw answers a zero-length Read that arrives while
-// it is transmitting from stale state, which terminates the connection
-// (see keeper in keepalive.go). The probe takes a send queue slot of its own
-// (extraSendWR).
+// gone. The keeper first asks at its first tick, an Idle after
+// establishment, not during connection setup, and each IA asks through
+// one netlink socket, opened by its first keeper's question and closed
+// with the IA. Only where the kernel does not show the socket does the
+// keeper fall back to a zero-length RDMA Read, which completes when its
+// response arrives. It is a fallback because siw answers a zero-length
+// Read that arrives while it is transmitting from stale state, which
+// terminates the connection (see keeper in keepalive.go). A kernel
+// without sock_diag is known before connecting (one probe per process):
+// the connection then asks for ORD and IRD of at least 1, and gets no
+// keeper if the peer grants no Read (ORD 0 once negotiated). A kernel
+// that answers sock_diag but does not show this connection's socket (a
+// port mapper rewrote the port) is found out only at the first tick,
+// with the ORD already negotiated as the consumer asked: a connection
+// with ORD 0, as rdmanet's are, then loses its keeper and goes on without
+// keepalive (logged at Debug). The probe takes a send queue slot of its
+// own (extraSendWR).
 //
 // # Completions and event loops
 //

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rdmanet/rdmanet/dat/driver"
 	"github.com/rdmanet/rdmanet/dat/internal/provkit"
+	"github.com/rdmanet/rdmanet/internal/tcpdiag"
 )
 
 // IA is an open interface adapter: one local address, the RDMA device
@@ -42,6 +43,11 @@ type IA struct {
 	// watch looks for QPs the device broke silently (nil on devices
 	// that report it).
 	watch *errorWatch
+
+	// diag is the sock_diag socket through which the keepers of the
+	// IA's iWARP connections watch their TCP sockets (keepalive_tcp.go):
+	// opened by the first lookup, closed with the IA.
+	diag tcpdiag.Socket
 
 	// ids counts rdma_cm ids being destroyed in the background
 	// (QP.quiesce); the event channel outlives them.
@@ -113,6 +119,7 @@ func (ia *IA) release() {
 	if ia.ch != nil {
 		C.rdma_destroy_event_channel(ia.ch)
 	}
+	ia.diag.Close()
 	unregister(ia.key)
 }
 

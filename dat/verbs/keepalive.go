@@ -47,19 +47,31 @@ import (
 //     send a segment that must be acknowledged; a peer whose TCP
 //     acknowledges nothing for Idle + Interval × Count while something is
 //     outstanding (a probe, or data) is gone, as TCP keepalive would judge.
-//     Where the kernel does not show the connection (no sock_diag, or a
-//     port mapper that rewrote the port), the probe is a zero-length RDMA
-//     Read instead, which completes only when the peer's Read Response
-//     arrives (readDepths then asks for an ORD and IRD of 1). That is the
-//     fallback, not the rule, because siw answers a zero-length Read
-//     wrongly when it arrives while siw is transmitting: it takes the
-//     length and key of the response from the request it sent before,
-//     so it sends stale bytes, or fails with an invalid STag, and either
-//     way the connection is terminated (seen under load: "rresp len N !=
-//     0", "STag unknown: 0x00000000"). A peer that grants no inbound Read
-//     (IRD 0) leaves the ORD at 0, and the fallback has no probe at all:
-//     siw refuses a Read on a QP with ORD 0 only once the request is in
-//     its send queue, where it then blocks every later request.
+//     The kernel is asked from the keeper's first tick on, an Idle after
+//     establishment, so that connection setup makes no sock_diag query:
+//     the IA keeps one netlink socket for its keepers (tcpdiag.Socket,
+//     opened by the first lookup, closed with the IA).
+//     Where the kernel does not show the connection, the probe is a
+//     zero-length RDMA Read instead, which completes only when the peer's
+//     Read Response arrives. That is the fallback, not the rule, because
+//     siw answers a zero-length Read wrongly when it arrives while siw is
+//     transmitting: it takes the length and key of the response from the
+//     request it sent before, so it sends stale bytes, or fails with an
+//     invalid STag, and either way the connection is terminated (seen
+//     under load: "rresp len N != 0", "STag unknown: 0x00000000"). A Read
+//     needs an ORD, which is negotiated before the first tick, so the
+//     fallback is decided in two places. A kernel without sock_diag at
+//     all is known before connecting (tcpdiagUsable, probed once per
+//     process): readDepths then asks for an ORD and IRD of 1. A kernel
+//     that answers sock_diag but does not show this connection (a port
+//     mapper that rewrote the port) is found out only at the first tick,
+//     and the connection has the ORD its consumer asked for: with 0, as
+//     rdmanet's, it has no probe and its keeper ends (logged at Debug).
+//     A connection whose peer grants no inbound Read (IRD 0, hence ORD
+//     0) on a kernel without sock_diag gets no keeper either. Probing
+//     such a connection anyway would wedge it: siw refuses a Read on a QP
+//     with ORD 0 only once the request is in its send queue, where it
+//     then blocks every later request.
 //
 // Completions reach the counters the keeper reads (QP.sendDone and
 // recvDone) only when someone polls the CQ, so each tick polls the QP's
@@ -71,12 +83,16 @@ type keeper struct {
 	// idle is the silence before a probe; limit how long a probe may go
 	// unacknowledged with no other completion (Interval × Count).
 	idle, limit time.Duration
-	// read: probe with an RDMA Read (iWARP without sock_diag) instead of
-	// a Write.
+	// read: probe with an RDMA Read (iWARP where the kernel does not
+	// show the TCP socket) instead of a Write. Guarded by q.mu, as tcp
+	// and tcpSeen are.
 	read bool
 	// tcp is the connection's TCP four-tuple on iWARP, where the kernel's
-	// view of that socket tells whether the peer answers (tickTCP).
+	// view of that socket tells whether the peer answers (tickTCP); nil
+	// once the first tick found that the kernel does not show it.
 	tcp *tcpConn
+	// tcpSeen: a tick found tcp established, so the kernel shows it.
+	tcpSeen bool
 
 	// done counts probes completed (any status), from mapWC.
 	done atomic.Uint64
@@ -138,17 +154,17 @@ func (q *QP) startKeepalive(c *conn, ka net.KeepAliveConfig) {
 	now := time.Now()
 	k := &keeper{q: q, c: c, idle: idle, limit: limit, last: now, quiet: now, alive: now}
 	if q.ia.attr.Transport == driver.TransportIWARP {
-		t, err := watchTCP(c)
+		// No syscall here: the first tick asks the kernel.
+		t, err := tcpOf(c)
+		if err == nil && !tcpdiagUsable() {
+			err = errNoSockDiag
+		}
 		switch {
 		case err == nil:
 			k.tcp = t
-		case c.ord < 1:
-			q.ia.debug("keepalive: off: the kernel does not show the connection's TCP socket, and the peer grants no RDMA Read for a probe",
-				slog.Uint64("qp", uint64(c.qpNum)), slog.String("error", err.Error()))
+		case !k.fallBack(err):
 			return
 		default:
-			q.ia.debug("keepalive: probing with an RDMA Read: the kernel does not show the connection's TCP socket",
-				slog.Uint64("qp", uint64(c.qpNum)), slog.String("error", err.Error()))
 			k.read = true
 		}
 	}
@@ -182,14 +198,40 @@ func (q *QP) probeDone() {
 	}
 }
 
+// fallBack decides, for a keeper on iWARP whose connection's TCP socket
+// the kernel does not show (err says why), whether it goes on with an
+// RDMA Read probe, which needs an ORD, or stops; it logs which.
+func (k *keeper) fallBack(err error) bool {
+	ia, c := k.q.ia, k.c
+	if c.ord < 1 {
+		ia.debug("keepalive: off: the kernel does not show the connection's TCP socket, and the connection has no ORD for a Read probe",
+			slog.Uint64("qp", uint64(c.qpNum)), slog.String("error", err.Error()))
+		return false
+	}
+	ia.debug("keepalive: probing with an RDMA Read: the kernel does not show the connection's TCP socket",
+		slog.Uint64("qp", uint64(c.qpNum)), slog.String("error", err.Error()))
+	return true
+}
+
 // tick is the keeper's timer function.
 func (k *keeper) tick() {
-	if k.tcp != nil {
-		k.tickTCP()
+	k.collect()
+	q := k.q
+	q.mu.Lock()
+	t := k.tcp
+	q.mu.Unlock()
+	if t != nil {
+		k.tickTCP(t)
 		return
 	}
+	k.tickCompletions()
+}
+
+// tickCompletions is tick for a keeper that judges the peer by the QP's
+// completions (InfiniBand, RoCE, iWARP's Read fallback). Callers have
+// collected the completions.
+func (k *keeper) tickCompletions() {
 	q, c := k.q, k.c
-	k.collect()
 	now := time.Now()
 	q.mu.Lock()
 	if k.stopped || q.state != qpConnected || q.conn != c {

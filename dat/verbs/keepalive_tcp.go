@@ -14,53 +14,76 @@ import (
 	"github.com/rdmanet/rdmanet/internal/tcpdiag"
 )
 
-// lookupTCP is tcpdiag.Lookup; tests replace it to take the fallback.
-var lookupTCP = tcpdiag.Lookup
+// lookupTCP asks the IA's sock_diag socket about a TCP connection; tests
+// replace it to take the fallback.
+var lookupTCP = (*tcpdiag.Socket).Lookup
+
+// errNoSockDiag is why a keeper cannot watch TCP on a kernel that does
+// not answer sock_diag.
+var errNoSockDiag = errors.New("the kernel does not answer sock_diag")
 
 // tcpConn names the TCP connection an iWARP connection runs on.
 type tcpConn struct{ local, remote netip.AddrPort }
 
-// watchTCP returns c's TCP connection if the kernel shows it through
-// sock_diag, established.
-func watchTCP(c *conn) (*tcpConn, error) {
+// String is the four-tuple as "local -> remote", for messages.
+func (t tcpConn) String() string { return t.local.String() + " -> " + t.remote.String() }
+
+// tcpOf returns the four-tuple of c's TCP connection, as rdma_cm reports
+// it (no syscall).
+func tcpOf(c *conn) (*tcpConn, error) {
 	la, ra := idAddr(c.id, false), idAddr(c.id, true)
 	if la == nil || ra == nil {
 		return nil, errors.New("the connection has no addresses")
 	}
-	t := &tcpConn{local: la.AddrPort(), remote: ra.AddrPort()}
-	info, err := lookupTCP(t.local, t.remote)
-	if err != nil {
-		return nil, fmt.Errorf("%v -> %v: %w", t.local, t.remote, err)
-	}
-	if !info.Established() {
-		return nil, fmt.Errorf("%v -> %v: TCP state %d, not established", t.local, t.remote, info.State)
-	}
-	return t, nil
+	return &tcpConn{local: la.AddrPort(), remote: ra.AddrPort()}, nil
 }
 
 // tcpdiagUsable reports whether this kernel answers sock_diag queries for
 // TCP: asked about a connection that cannot exist (port 0 both ways), it
-// says there is none.
+// says there is none. It asks once per process, on a socket of its own:
+// readDepths needs the answer before the first connection is made.
 var tcpdiagUsable = sync.OnceValue(func() bool {
 	lo := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), 0)
-	_, err := lookupTCP(lo, lo)
+	_, err := tcpdiag.Lookup(lo, lo)
 	return errors.Is(err, tcpdiag.ErrNotFound)
 })
 
-// tickTCP is tick for an iWARP connection whose TCP socket the kernel
-// shows. The peer is alive while its TCP acknowledges what was sent; the
-// connection is idle while nothing came from the peer. After Idle of
-// that with nothing outstanding, a zero-length RDMA Write probe makes TCP
-// send a segment; a peer that then acknowledges nothing (probe or data)
-// for Idle + Interval × Count in all is gone.
-func (k *keeper) tickTCP() {
+// tickTCP is tick for an iWARP connection whose TCP socket t the kernel
+// is expected to show. The peer is alive while its TCP acknowledges what
+// was sent; the connection is idle while nothing came from the peer.
+// After Idle of that with nothing outstanding, a zero-length RDMA Write
+// probe makes TCP send a segment; a peer that then acknowledges nothing
+// (probe or data) for Idle + Interval × Count in all is gone. The first
+// tick that does not find the socket established takes the fallback
+// (fallBack). Callers have collected the completions.
+func (k *keeper) tickTCP(t *tcpConn) {
 	q, c := k.q, k.c
-	k.collect()
-	info, err := lookupTCP(k.tcp.local, k.tcp.remote)
+	info, err := lookupTCP(&q.ia.diag, t.local, t.remote)
 	q.mu.Lock()
 	if k.stopped || q.state != qpConnected || q.conn != c {
 		q.mu.Unlock()
 		return
+	}
+	if !k.tcpSeen {
+		if err == nil && !info.Established() {
+			err = fmt.Errorf("TCP state %d, not established", info.State)
+		}
+		if err != nil {
+			k.tcp = nil
+			read := k.fallBack(fmt.Errorf("%v: %w", t, err))
+			if read {
+				k.read = true
+			} else {
+				k.stopped = true
+				q.keep.Store(nil)
+			}
+			q.mu.Unlock()
+			if read {
+				k.tickCompletions()
+			}
+			return
+		}
+		k.tcpSeen = true
 	}
 	heard := min(info.LastAckRecv, info.LastDataRecv)
 	var next time.Duration

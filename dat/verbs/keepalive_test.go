@@ -53,8 +53,11 @@ func TestKeepAliveKeeper(t *testing.T) {
 						t.Errorf("keeper idle %v, limit %v: want package net's defaults", k.idle, k.limit)
 					}
 					iwarp := d.transport == driver.TransportIWARP
-					if (k.tcp != nil) != iwarp || k.read {
-						t.Errorf("keeper watches TCP: %v, probes with a Read: %v; want TCP watched on iWARP only, and no Read", k.tcp != nil, k.read)
+					e.qp.mu.Lock()
+					tcp, read := k.tcp != nil, k.read
+					e.qp.mu.Unlock()
+					if tcp != iwarp || read {
+						t.Errorf("keeper watches TCP: %v, probes with a Read: %v; want TCP watched on iWARP only, and no Read", tcp, read)
 					}
 				}
 			})
@@ -96,7 +99,7 @@ func TestKeepAliveDeadPeer(t *testing.T) {
 // fallback of a kernel without sock_diag.
 func withoutSockDiag(t *testing.T) {
 	lookup, usable := lookupTCP, tcpdiagUsable
-	lookupTCP = func(local, remote netip.AddrPort) (tcpdiag.Info, error) {
+	lookupTCP = func(*tcpdiag.Socket, netip.AddrPort, netip.AddrPort) (tcpdiag.Info, error) {
 		return tcpdiag.Info{}, syscall.EPROTONOSUPPORT
 	}
 	tcpdiagUsable = func() bool { return false }
@@ -138,15 +141,15 @@ func keepAliveDeadPeer(t *testing.T, kind rdmapair.Kind) {
 		k := e.qp.keep.Load()
 		k.collect() // completions count once polled
 		e.qp.mu.Lock()
-		posted := k.posted
+		posted, tcp := k.posted, k.tcp != nil
 		e.qp.mu.Unlock()
-		if k.tcp != nil {
+		if tcp {
 			tcpPosted, tcpDone = tcpPosted+posted, tcpDone+k.done.Load()
 		} else if posted == 0 || k.done.Load() == 0 {
 			t.Errorf("%d probes posted, %d completed: want some of each", posted, k.done.Load())
 		}
 	}
-	if kind == rdmapair.SIW && c.qp.keep.Load().tcp != nil && (tcpPosted == 0 || tcpDone == 0) {
+	if kind == rdmapair.SIW && watchesTCP(c) && (tcpPosted == 0 || tcpDone == 0) {
 		t.Errorf("%d probes posted, %d completed by both ends: want some of each", tcpPosted, tcpDone)
 	}
 	exchange(t, c, s)
@@ -205,7 +208,7 @@ func TestKeepAliveNoReadGranted(t *testing.T) {
 				t.Errorf("server ORD %d, want 0: keepalive needs no Read", s.qp.conn.ord)
 			}
 			k := s.qp.keep.Load()
-			if k == nil || k.tcp == nil {
+			if k == nil || !watchesTCP(s) {
 				t.Fatalf("the server end has keeper %v, want one that watches TCP", k)
 			}
 			time.Sleep(5 * ka.Idle)
@@ -232,21 +235,40 @@ func TestKeepAliveNoReadGranted(t *testing.T) {
 	})
 }
 
+// watchesTCP reports whether e's QP has a keeper that watches the
+// connection's TCP socket.
+func watchesTCP(e *end) bool {
+	k := e.qp.keep.Load()
+	if k == nil {
+		return false
+	}
+	e.qp.mu.Lock()
+	defer e.qp.mu.Unlock()
+	return k.tcp != nil
+}
+
 // keepAliveServerOnly connects two ends configured as rdmanet's (no RDMA
 // Read either way), with keepalive ka on the server end only.
 func keepAliveServerOnly(t *testing.T, d testDev, ka net.KeepAliveConfig) (c, s *end) {
 	t.Helper()
 	c, s = newEnd(t, d), newEnd(t, d)
 	noReads(t, c, s)
+	connectKeptAlive(t, c, s, driver.ConnectOptions{KeepAlive: -1}, ka)
+	return c, s
+}
+
+// connectKeptAlive connects c to s, with opts on c and keepalive ka on
+// the listener s accepts on.
+func connectKeptAlive(t *testing.T, c, s *end, opts driver.ConnectOptions, ka net.KeepAliveConfig) {
+	t.Helper()
 	l := listenOn(t, s.ia, driver.ListenConfig{KeepAliveConfig: ka})
 	done := serve(t, l, s, nil)
-	if _, err := c.qp.ConnectWith(testCtx(t), l.Addr(), nil, driver.ConnectOptions{KeepAlive: -1}); err != nil {
+	if _, err := c.qp.ConnectWith(testCtx(t), l.Addr(), nil, opts); err != nil {
 		t.Fatalf("connect: %v", err)
 	}
 	if a := <-done; a.err != nil {
 		t.Fatalf("accept: %v", a.err)
 	}
-	return c, s
 }
 
 // exchange sends 64 bytes from one end to the other and checks that both
