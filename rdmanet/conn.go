@@ -54,6 +54,9 @@ type Conn struct {
 	dialer   *Dialer
 	dialKey  string
 	listener *Listener
+	// sparesOff is set when the Conn closes: no spare is dialed from it
+	// any more (spare.go). Guarded by ia.mu.
+	sparesOff bool
 
 	readMu  sync.Mutex // serialises Reads
 	writeMu sync.Mutex // serialises Writes
@@ -449,6 +452,7 @@ func (c *Conn) teardown() (graceful bool) {
 	c.wdl.stop()
 	if c.dialer != nil {
 		c.ia.forget(c.dialKey, c)
+		c.ia.dropSpare(c.dialKey, c)
 	}
 	c.leave()
 	return drained
