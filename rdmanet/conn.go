@@ -54,8 +54,9 @@ type Conn struct {
 	dialer   *Dialer
 	dialKey  string
 	listener *Listener
-	// sparesOff is set when the Conn closes: no spare is dialed from it
-	// any more (spare.go). Guarded by ia.mu.
+	// sparesOff is set when the Conn closes or a spare dialed from it
+	// failed: no spare is dialed from it any more (spare.go). Guarded by
+	// ia.mu.
 	sparesOff bool
 
 	readMu  sync.Mutex // serialises Reads

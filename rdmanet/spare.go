@@ -13,14 +13,16 @@ import (
 // what makes the next one fast is having it made already. A program that
 // dups a connection (Conn.Dup, or a Dialer dialing an address it has a
 // live connection to) is likely to do it again, so once a connection has
-// been made through dup-connect, the IA dials one spare to that peer in
-// the background; the next dup-connect dial with the same configuration
-// takes it (waiting for it if it is still being dialed, which is sooner
-// than a dial of its own) and another spare is dialed. Programs that
+// been made through dup-connect, the IA dials spares (spareDepth) to
+// that peer in the background; the next dup-connect dial with the same
+// setup takes the oldest (waiting for it if it is still being dialed,
+// which is sooner than a dial of its own) and another spare is dialed.
+// Programs that
 // never dup never get one. The spare is a plain connection on the wire,
 // so any server takes it; the server accepts it when it is dialed. It
 // lives as long as the connection it was dialed from (its template):
-// closing that closes the spare.
+// closing that closes the spare. A spare that cannot be dialed ends the
+// spares of its template.
 type spare struct {
 	tmpl   *Conn         // the connection whose dup made it
 	cfg    Dialer        // the configuration it is dialed with
@@ -57,43 +59,44 @@ const spareDepth = 2
 
 // takeSpare returns the oldest spare dialed from tmpl for remote with a
 // setup like d's, waiting for it while it is being dialed (until ctx
-// ends), or nil if there is none or it did not come up.
+// ends), or nil if there is none that came up.
 func (s *sharedIA) takeSpare(ctx context.Context, remote string, tmpl *Conn, d *Dialer) *Conn {
 	if !spareable(d) {
 		return nil
 	}
-	s.mu.Lock()
-	var sp *spare
-	if sps := s.spares[remote]; len(sps) > 0 {
-		sp = sps[0]
-	}
-	s.mu.Unlock()
-	if sp == nil || sp.tmpl != tmpl || !sameSetup(&sp.cfg, d) {
-		return nil
-	}
-	select {
-	case <-sp.done:
-	case <-ctx.Done():
-		return nil
-	}
-	s.mu.Lock()
-	if !s.removeSpareLocked(remote, sp) {
+	for {
+		s.mu.Lock()
+		var sp *spare
+		if sps := s.spares[remote]; len(sps) > 0 {
+			sp = sps[0]
+		}
 		s.mu.Unlock()
-		return nil // another dial took it, or its template closed
+		if sp == nil || sp.tmpl != tmpl || !sameSetup(&sp.cfg, d) {
+			return nil
+		}
+		select {
+		case <-sp.done:
+		case <-ctx.Done():
+			return nil
+		}
+		s.mu.Lock()
+		// Gone if another dial took it or its template closed.
+		ours := s.removeSpareLocked(remote, sp)
+		c := sp.c
+		sp.c = nil
+		s.mu.Unlock()
+		switch {
+		case !ours || c == nil:
+			continue // taken, or its dial failed: the next one, if any
+		case c.isDone():
+			// The peer closed it meanwhile.
+			c.Close()
+			continue
+		}
+		// c keeps the configuration it was dialed with (Dup dials with
+		// it), which has d's setup.
+		return c
 	}
-	c := sp.c
-	sp.c = nil
-	s.mu.Unlock()
-	if c == nil {
-		return nil // its dial failed
-	}
-	if c.isDone() {
-		// The peer closed it meanwhile.
-		c.Close()
-		return nil
-	}
-	c.dialer = d // its Dup dials with the configuration of the dial that took it
-	return c
 }
 
 // removeSpareLocked takes sp off remote's spares; false if it is not
@@ -143,6 +146,13 @@ func (s *sharedIA) dialSpare(ctx context.Context, remote string, ap netip.AddrPo
 	kept := err == nil && slices.Contains(s.spares[remote], sp)
 	if kept {
 		sp.c = c
+	}
+	if err != nil {
+		// Nothing to take. A server that is full, or gone, would
+		// refuse every spare alike: dialing more would only double the
+		// attempts.
+		s.removeSpareLocked(remote, sp)
+		sp.tmpl.sparesOff = true
 	}
 	close(sp.done)
 	s.mu.Unlock()

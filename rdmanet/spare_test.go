@@ -161,3 +161,59 @@ func TestSpareSetup(t *testing.T) {
 		roundTrip(t, oc, "other")
 	})
 }
+
+// TestSpareRefused: a spare the server refuses (its backlog is full) ends
+// the spares of its template, so that a full server does not get two
+// attempts per dial; a spare that came up is still taken.
+func TestSpareRefused(t *testing.T) {
+	forEach(t, func(t *testing.T, ia string) {
+		l, err := (&ListenConfig{IA: ia, Backlog: 1}).Listen(context.Background(), "rdma", listenAddr(ia))
+		require.NoError(t, err)
+		defer l.Close()
+		accept := func() net.Conn {
+			t.Helper()
+			c, err := l.Accept()
+			require.NoError(t, err)
+			t.Cleanup(func() { c.Close() })
+			return c
+		}
+		d := &Dialer{IA: ia, Timeout: 5 * time.Second}
+		nc, err := d.Dial("rdma", l.Addr().String())
+		require.NoError(t, err)
+		defer nc.Close()
+		tmpl := nc.(*Conn)
+		accept()
+		dup, err := tmpl.Dup(context.Background())
+		require.NoError(t, err)
+		defer dup.Close()
+		accept()
+		// Two spares were dialed; the backlog holds one, so the other
+		// was refused.
+		var spares []*Conn
+		require.Eventually(t, func() bool {
+			s := tmpl.ia
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			spares = spares[:0]
+			done := 0
+			for _, sp := range s.spares[tmpl.dialKey] {
+				select {
+				case <-sp.done:
+					done++
+					if sp.c != nil {
+						spares = append(spares, sp.c)
+					}
+				default:
+				}
+			}
+			return done == len(s.spares[tmpl.dialKey]) && tmpl.sparesOff
+		}, 5*time.Second, time.Millisecond)
+		require.Len(t, spares, 1)
+		accept()
+		dup2, err := tmpl.Dup(context.Background())
+		require.NoError(t, err)
+		defer dup2.Close()
+		require.Same(t, spares[0], dup2)
+		require.Zero(t, spareCount(tmpl), "a spare was dialed after one was refused")
+	})
+}
