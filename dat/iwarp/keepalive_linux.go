@@ -14,8 +14,9 @@ const tcpUserTimeout = 0x12
 
 // setUserTimeout bounds how long data may stay unacknowledged on tc by
 // the time TCP keepalive takes to give up a silent peer: Idle + Interval ×
-// Count of the socket's keepalive, read back from the socket so that
-// fields ka leaves to the system count as the system's. TCP sends no
+// Count of the socket's keepalive, as package net set it from ka (fields
+// ka leaves to the system are read back from the socket, so that they
+// count as the system's). TCP sends no
 // keepalive probe while data is in flight, and without it a peer that
 // vanished under a blocked writer would be retransmitted to for the
 // system's tcp_retries2 (about 15 minutes). With keepalive on, Linux also
