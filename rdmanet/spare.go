@@ -88,8 +88,7 @@ func (s *sharedIA) takeSpare(ctx context.Context, remote string, tmpl *Conn, d *
 		switch {
 		case !ours || c == nil:
 			continue // taken, or its dial failed: the next one, if any
-		case c.isDone():
-			// The peer closed it meanwhile.
+		case c.stale():
 			c.Close()
 			continue
 		}
@@ -189,4 +188,15 @@ func (s *sharedIA) dropSpare(remote string, tmpl *Conn) {
 	for _, c := range conns {
 		c.Close()
 	}
+}
+
+// stale applies what the peer sent to an unused spare, which nobody
+// polls, and reports whether the peer has finished with it (a server's
+// idle timeout, a server that went away) or it failed: a dial must not
+// return a connection that is over.
+func (c *Conn) stale() bool {
+	c.pollQueued()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closedLocked() || c.err != nil || c.rFIN
 }

@@ -217,3 +217,41 @@ func TestSpareRefused(t *testing.T) {
 		require.Zero(t, spareCount(tmpl), "a spare was dialed after one was refused")
 	})
 }
+
+// TestStaleSpare: spares the server closed while they waited (an idle
+// timeout) are not taken: the dial gets a connection that works.
+func TestStaleSpare(t *testing.T) {
+	forEach(t, func(t *testing.T, ia string) {
+		l, err := (&ListenConfig{IA: ia}).Listen(context.Background(), "rdma", listenAddr(ia))
+		require.NoError(t, err)
+		var accepted, closed atomic.Int32
+		serve(t, l, func(c net.Conn) {
+			// The template and its first dup are the first two; the
+			// spares dialed after the dup are closed at once.
+			if n := accepted.Add(1); n == 3 || n == 4 {
+				c.Close()
+				closed.Add(1)
+				return
+			}
+			io.Copy(c, c)
+			c.Close()
+		})
+		d := &Dialer{IA: ia, Timeout: 5 * time.Second}
+		nc, err := d.Dial("rdma", l.Addr().String())
+		require.NoError(t, err)
+		defer nc.Close()
+		tmpl := nc.(*Conn)
+		dup, err := tmpl.Dup(context.Background())
+		require.NoError(t, err)
+		defer dup.Close()
+		stale := readySpares(t, tmpl)
+		require.Eventually(t, func() bool { return closed.Load() == 2 }, 5*time.Second, time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // for the FINs to reach the spares' queues
+
+		dup2, err := tmpl.Dup(context.Background())
+		require.NoError(t, err)
+		defer dup2.Close()
+		require.False(t, slices.Contains(stale, dup2), "a spare the server closed was taken")
+		roundTrip(t, dup2, "fresh")
+	})
+}
