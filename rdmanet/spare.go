@@ -32,6 +32,10 @@ type spare struct {
 	c      *Conn // the connection once dialed, until taken or dropped; guarded by sharedIA.mu
 }
 
+// spareGrace is how long closing a template waits for a spare's dial in
+// progress to finish before it aborts it.
+const spareGrace = 100 * time.Millisecond
+
 // spareTimeout bounds a spare's dial: a dial waiting for the spare gives
 // up on it after that at the latest and dials itself.
 const spareTimeout = 5 * time.Second
@@ -182,6 +186,15 @@ func (s *sharedIA) dropSpare(remote string, tmpl *Conn) {
 	}
 	s.mu.Unlock()
 	for _, sp := range drop {
+		// A spare's dial about to finish is let finish, and the spare
+		// closed as any connection: cut off in its handshake, it would
+		// be reset, which a server logs as a failure.
+		t := time.NewTimer(spareGrace)
+		select {
+		case <-sp.done:
+		case <-t.C:
+		}
+		t.Stop()
 		sp.cancel()
 		<-sp.exited
 	}

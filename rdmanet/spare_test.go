@@ -255,3 +255,35 @@ func TestStaleSpare(t *testing.T) {
 		roundTrip(t, dup2, "fresh")
 	})
 }
+
+// TestSpareClosedCleanly: closing a template while its spares are being
+// dialed lets their dials finish and closes them as any connection, so
+// the server sees them end, not reset.
+func TestSpareClosedCleanly(t *testing.T) {
+	forEach(t, func(t *testing.T, ia string) {
+		l, err := (&ListenConfig{IA: ia}).Listen(context.Background(), "rdma", listenAddr(ia))
+		require.NoError(t, err)
+		resets := make(chan error, 16)
+		serve(t, l, func(c net.Conn) {
+			if _, err := io.Copy(c, c); err != nil {
+				resets <- err
+			}
+			c.Close()
+		})
+		for range 5 {
+			d := &Dialer{IA: ia, Timeout: 5 * time.Second}
+			nc, err := d.Dial("rdma", l.Addr().String())
+			require.NoError(t, err)
+			tmpl := nc.(*Conn)
+			dup, err := tmpl.Dup(context.Background())
+			require.NoError(t, err)
+			require.NoError(t, tmpl.Close()) // the spares are on their way
+			require.NoError(t, dup.Close())
+		}
+		select {
+		case err := <-resets:
+			t.Fatalf("a server connection ended with %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	})
+}
