@@ -74,9 +74,9 @@
 // peer's key never reaches another connection's ring.
 //
 // Measured on loopback on two shared cores (BenchmarkDial, a dial and one
-// byte echoed, medians of 8 and 10 runs interleaved with TCP's): 321 to
-// 338 µs where TCP takes 117 to 125 µs (2.6× to 2.9×; it was 410 µs, 4.5×,
-// before the above). Timed step by step, a dial is the TCP connect with
+// byte echoed, medians of 10 runs interleaved with TCP's): 310 µs where
+// TCP takes 107 µs (2.9×; 2.6× to 2.9× over three such runs; it was
+// 410 µs, 4.5×, before the above). Timed step by step, a dial is the TCP connect with
 // its socket options (~60 µs), the server taking the connection (~40 µs
 // after the Request was sent: the accept loop's wake-up), answering it
 // (~50 µs, of which the Conn's creation ~20 µs and the Reply ~15 µs), the
@@ -96,9 +96,9 @@
 // once a peer was dialed that way, the IA dials up to two spare
 // connections to it ahead, which the next such dials with the same setup
 // take (see Dialer.NoDup). BenchmarkDialDup, the same dial-and-echo in a
-// loop through dup-connect: 144 to 151 µs against 321 to 350 µs for a
-// fresh dial in the same runs (0.41× to 0.47×; it was no faster before the
-// spares). Programs that never dup get no spare; those that do pay for the
+// loop through dup-connect: 122 µs against 319 µs for a fresh dial in the
+// same runs (0.38×; 0.38× to 0.47× over three such runs; it was no faster
+// before the spares). Programs that never dup get no spare; those that do pay for the
 // spares' connections on both ends (the server accepts them as they are
 // dialed) while the connection they were dialed from lives.
 //
