@@ -59,6 +59,10 @@ type Conn struct {
 	dialer   *Dialer
 	dialKey  string
 	listener *Listener
+	// sparesOff is set when the Conn closes or a spare dialed from it
+	// failed: no spare is dialed from it any more (spare.go). Guarded by
+	// ia.mu.
+	sparesOff bool
 
 	readMu  sync.Mutex // serialises Reads
 	writeMu sync.Mutex // serialises Writes
@@ -463,6 +467,7 @@ func (c *Conn) teardown() (graceful bool) {
 	c.wdl.stop()
 	if c.dialer != nil {
 		c.ia.forget(c.dialKey, c)
+		c.ia.dropSpare(c.dialKey, c)
 	}
 	c.leave()
 	return drained

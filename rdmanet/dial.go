@@ -96,8 +96,13 @@ type Dialer struct {
 	// NoDup turns off dup-connect reuse: by default a dial to an address
 	// this process already has a live dialed connection to, on the same
 	// IA, is made with DAT's dup_connect on that connection's EP
-	// (Conn.Dup), which skips address and route resolution. NoDup dials
-	// afresh and does not offer the new connection for reuse either.
+	// (Conn.Dup), which skips address and route resolution. Once a dial
+	// to a peer was made that way, the IA dials spare connections to it
+	// ahead (two at most, which the server accepts when they are made)
+	// for the next such dials, so that they need not wait for a whole
+	// connection set-up; the spares are closed with the connection they
+	// were dialed from. NoDup dials afresh and does not offer the new
+	// connection for reuse either.
 	NoDup bool
 	// Poll says how a Read, Write or Close blocked on the connection
 	// waits for its completions: the zero value spins for as long as the
@@ -159,7 +164,7 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	defer rcancel()
 	var first error
 	for _, ap := range aps {
-		c, err := d.dialAddr(rctx, ap, local, nil)
+		c, err := d.dialAddr(rctx, ap, local, nil, false)
 		if err == nil {
 			return c, nil
 		}
@@ -244,9 +249,12 @@ func (d *Dialer) dialContext(ctx context.Context) (context.Context, context.Canc
 func (d *Dialer) bufferSize() int { return d.BufferSize }
 
 // dialAddr makes one connection to ap, through dup_connect on tmpl's EP
-// when tmpl is given or the IA has a live dialed connection to ap. d is
-// the dial's own copy of the configuration: the Conn keeps it.
-func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, tmpl *Conn) (_ *Conn, err error) {
+// when tmpl is given or the IA has a live dialed connection to ap, taking
+// the spare dialed ahead for such a dial if there is one (spare.go). d is
+// the dial's own copy of the configuration: the Conn keeps it. A spare's
+// own dial (spareDial) neither uses nor starts spares, is not offered for
+// reuse and is not logged until a dial takes it.
+func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, tmpl *Conn, spareDial bool) (_ *Conn, err error) {
 	defer func() { err = timedOut(ctx, err) }()
 	dst := &Addr{IP: ap.Addr(), Port: ap.Port()}
 	var lip netip.Addr
@@ -265,6 +273,16 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 	fixedPort := local != nil && local.Port != 0
 	if tmpl == nil && !d.NoDup && !fixedPort {
 		tmpl = s.template(key)
+	}
+	if tmpl != nil && !spareDial {
+		if c := s.takeSpare(ctx, key, tmpl, d); c != nil {
+			s.startSpare(key, ap, tmpl, d)
+			if !d.NoDup {
+				s.remember(key, c)
+			}
+			c.logDebug("rdmanet: dialed", slog.Bool("dup", true), slog.Bool("spare", true))
+			return c, nil
+		}
 	}
 	c, err := newConn(s, newConnConfig(d.bufferSize(), d.Poll), d.Logger, d)
 	if err != nil {
@@ -303,8 +321,14 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 		return nil, opError("dial", local, dst, err)
 	}
 	c.flushControl() // the first message: the initiator speaks first
+	if spareDial {
+		return c, nil
+	}
 	if !d.NoDup {
 		s.remember(key, c)
+	}
+	if dup {
+		s.startSpare(key, ap, tmpl, d)
 	}
 	c.logDebug("rdmanet: dialed", slog.Bool("dup", dup))
 	return c, nil
@@ -346,7 +370,8 @@ func (c *Conn) isDone() bool {
 // Dup opens another connection to the same peer through DAT's
 // dup_connect on this connection's EP (same remote address and
 // qualifier, same IA, no name resolution). c must be a dialed, connected
-// Conn.
+// Conn. After the first Dup of c, the next ones take connections dialed
+// ahead while c lives (see Dialer.NoDup).
 func (c *Conn) Dup(ctx context.Context) (*Conn, error) {
 	if c.dialer == nil {
 		return nil, opError("dial", c.laddr, c.raddr, ErrNotDialed)
@@ -356,7 +381,7 @@ func (c *Conn) Dup(ctx context.Context) (*Conn, error) {
 	}
 	ctx, cancel := c.dialer.dialContext(ctx)
 	defer cancel()
-	dup, err := c.dialer.dialAddr(ctx, c.raddr.AddrPort(), nil, c)
+	dup, err := c.dialer.dialAddr(ctx, c.raddr.AddrPort(), nil, c, false)
 	if err != nil {
 		c.dialer.dialFailed(c.raddr.String(), err)
 		var oe *net.OpError

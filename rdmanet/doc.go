@@ -74,15 +74,33 @@
 // peer's key never reaches another connection's ring.
 //
 // Measured on loopback on two shared cores (BenchmarkDial, a dial and one
-// byte echoed, medians of 5): 272 µs where TCP takes 102 µs (2.7×; it was
-// 410 µs, 4.5×, before the above). A dial through dup-connect (Conn.Dup,
-// or a Dialer reusing a live connection to the same address) costs as
-// much as a fresh one on iwarp: what it skips, resolving the address, is
-// nothing for an address literal, and every iWARP connection needs its
-// own TCP connection and MPA exchange. The rest is the TCP connect
-// (~50 µs), the MPA round trip through the server's accept loop, dat's
-// PSP and the listener (each a goroutine hand-off), and the first byte's
-// round trip (~50 µs, where TCP's echo takes ~35 µs).
+// byte echoed, medians of 10 runs interleaved with TCP's): 310 µs where
+// TCP takes 107 µs (2.9×; 2.6× to 2.9× over three such runs; it was
+// 410 µs, 4.5×, before the above). Timed step by step, a dial is the TCP
+// connect with its socket options (~60 µs), the server taking the
+// connection (~40 µs after the Request was sent: the accept loop's
+// wake-up), answering it (~50 µs, of which the Conn's creation ~20 µs and
+// the Reply ~15 µs), the dialer waking for the Reply (~25 µs) and applying
+// it with the first control message (~20 µs); the first byte's round trip
+// then takes ~40 µs, no more than TCP's. A TCP dial plus echo is a connect
+// and one round trip, an iWARP one a connect and two (the MPA exchange,
+// then the byte's), each of them wake-ups of goroutines on both ends:
+// before any setup work, that is about 1.5× TCP's time. The listener's
+// admission reads a Request that has arrived whole in one read, the dialer
+// sets TCP_NODELAY only once, and neither side reads its keepalive options
+// back for TCP_USER_TIMEOUT.
+//
+// A dial through dup-connect (Conn.Dup, or a Dialer reusing a live
+// connection to the same address) skips only the address resolution, and
+// every iWARP connection needs its own TCP connection and MPA exchange; so
+// once a peer was dialed that way, the IA dials up to two spare
+// connections to it ahead, which the next such dials with the same setup
+// take (see Dialer.NoDup). BenchmarkDialDup, the same dial-and-echo in a
+// loop through dup-connect: 122 µs against 319 µs for a fresh dial in the
+// same runs (0.38×; 0.38× to 0.47× over three such runs; it was no faster
+// before the spares). Programs that never dup get no spare; those that do
+// pay for the spares' connections on both ends (the server accepts them as
+// they are dialed) while the connection they were dialed from lives.
 //
 // # TCP fallback
 //

@@ -27,7 +27,8 @@ type sharedIA struct {
 	refs     int // guarded by iaTable.mu
 
 	mu        sync.Mutex
-	templates map[string]*Conn // by remote "addr:port"; guarded by mu
+	templates map[string]*Conn    // by remote "addr:port"; guarded by mu
+	spares    map[string][]*spare // oldest first, by remote "addr:port" (spare.go); guarded by mu
 	// idleMem is connection memory kept for the next connections
 	// (mem.go), idleBytes its size; guarded by mu.
 	idleMem   []*connMemory
@@ -73,7 +74,7 @@ func acquireIA(ctx context.Context, name string) (*sharedIA, error) {
 		ia.Close(dat.CloseAbrupt)
 		return nil, err
 	}
-	s := &sharedIA{name: name, ia: ia, pz: pz, refs: 1, templates: map[string]*Conn{}}
+	s := &sharedIA{name: name, ia: ia, pz: pz, refs: 1, templates: map[string]*Conn{}, spares: map[string][]*spare{}}
 	s.ctrl.s = s
 	if _, pa, err := ia.Query(); err == nil {
 		s.provider = pa.ProviderName

@@ -101,8 +101,9 @@ func (ia *IA) initiate(ctx, actx context.Context, d *net.Dialer, raddr *net.TCPA
 		// itself reports it.
 		return nil, driver.ConnectResult{}, classify(ctx, actx, refused(err), false, 0)
 	}
+	// TCP_NODELAY (siw_tcp_nagle = false) is on already: package net
+	// sets it on every connection it makes.
 	tc := nc.(*net.TCPConn)
-	_ = tc.SetNoDelay(true) // siw_tcp_nagle = false
 	setUserTimeout(tc, d.KeepAliveConfig)
 	// A connection from a port of the caller's choosing is reset rather
 	// than closed when it fails, so that the port is free at once for
@@ -170,14 +171,14 @@ func (ia *IA) exchangeInitiator(tc *net.TCPConn, cfg driver.QPConfig, pdata []by
 		return ConnInfo{}, driver.ConnectResult{}, fmt.Errorf("MPA request: %w", refused(err))
 	}
 	var hdr [wire.MPAHeaderLen]byte
-	n, err := matchKey(tc, wire.MPAReply, hdr[:wire.MPAKeyLen], 0)
+	n, err := matchKey(tc, wire.MPAReply, hdr[:], 0)
 	if err != nil {
 		if n == 0 {
 			err = refused(err)
 		}
 		return ConnInfo{}, driver.ConnectResult{}, fmt.Errorf("MPA reply: %w", err)
 	}
-	rep, _, err := readMPARest(tc, wire.MPAReply, &hdr)
+	rep, _, err := readMPARest(tc, wire.MPAReply, &hdr, n)
 	if err != nil {
 		return ConnInfo{}, driver.ConnectResult{}, fmt.Errorf("MPA reply: %w", err)
 	}

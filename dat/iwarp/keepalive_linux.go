@@ -14,8 +14,9 @@ const tcpUserTimeout = 0x12
 
 // setUserTimeout bounds how long data may stay unacknowledged on tc by
 // the time TCP keepalive takes to give up a silent peer: Idle + Interval ×
-// Count of the socket's keepalive, read back from the socket so that
-// fields ka leaves to the system count as the system's. TCP sends no
+// Count of the socket's keepalive, as package net set it from ka (fields
+// ka leaves to the system are read back from the socket, so that they
+// count as the system's). TCP sends no
 // keepalive probe while data is in flight, and without it a peer that
 // vanished under a blocked writer would be retransmitted to for the
 // system's tcp_retries2 (about 15 minutes). With keepalive on, Linux also
@@ -29,13 +30,30 @@ func setUserTimeout(tc *net.TCPConn, ka net.KeepAliveConfig) {
 		return
 	}
 	_ = rc.Control(func(fd uintptr) {
-		idle, err1 := syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE)
-		intvl, err2 := syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_KEEPINTVL)
-		cnt, err3 := syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_KEEPCNT)
+		// The socket holds what package net set from ka, in whole
+		// seconds rounded up; only a field ka left to the system
+		// (negative) has to be read back, which saves a connection's
+		// setup three system calls in the usual case.
+		idle, err1 := keepAliveSecs(fd, ka.Idle, syscall.TCP_KEEPIDLE)
+		intvl, err2 := keepAliveSecs(fd, ka.Interval, syscall.TCP_KEEPINTVL)
+		cnt, err3 := ka.Count, error(nil)
+		if cnt < 0 {
+			cnt, err3 = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, syscall.TCP_KEEPCNT)
+		}
 		if err1 != nil || err2 != nil || err3 != nil {
 			return
 		}
 		d := time.Duration(idle+intvl*cnt) * time.Second
 		_ = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_TCP, tcpUserTimeout, int(d/time.Millisecond))
 	})
+}
+
+// keepAliveSecs is the socket's value of the keepalive option opt that
+// package net set from d: d in seconds, rounded up as net rounds it, or
+// the system's value read back from fd when d is negative.
+func keepAliveSecs(fd uintptr, d time.Duration, opt int) (int, error) {
+	if d < 0 {
+		return syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, opt)
+	}
+	return int((d + time.Second - 1) / time.Second), nil
 }

@@ -63,7 +63,11 @@ type Listener struct {
 
 // admission is a TCP connection whose first bytes are being read.
 type admission struct {
-	tc         *net.TCPConn
+	tc *net.TCPConn
+	// whole is the length of the MPA Request the accept loop saw
+	// arrive whole before the connection was admitted (0: not seen), so
+	// that admission reads it in one read.
+	whole      int
 	queued     bool // in Listener.admitting (under Listener.mu)
 	prev, next *admission
 	// evicted (under Listener.mu) means the queue gave the connection up:
@@ -310,8 +314,10 @@ func (l *Listener) acceptLoop() {
 		// listener takes the connection, and garbage is garbage from its
 		// first byte.
 		a := &admission{tc: tc}
-		switch classifyFirstBytes(peekBuf[:peekNow(tc, peekBuf[:])]) {
+		first := peekBuf[:peekNow(tc, peekBuf[:])]
+		switch classifyFirstBytes(first) {
 		case firstBytesRequest:
+			a.whole = requestLen(first)
 			// Reading what has arrived cannot wait for the peer, so the
 			// loop admits it itself: no goroutine to start and hand it
 			// to, and no slot in the table, so a flood of silent
@@ -380,7 +386,7 @@ const (
 // newer connection or Close evicted a meanwhile.
 func (l *Listener) handshake(a *admission) {
 	defer l.wg.Done()
-	v, f, prefix := l.admit(a.tc)
+	v, f, prefix := l.admit(a.tc, a.whole)
 	l.mu.Lock()
 	if a.evicted {
 		l.mu.Unlock()
@@ -432,8 +438,9 @@ func (l *Listener) handshake(a *admission) {
 // and dropped if the rest is not a valid Request. A Request that
 // asks for something this provider never supports (markers, or E without
 // room for the IRD/ORD block) is answered with a reject Reply, as siw
-// does.
-func (l *Listener) admit(tc *net.TCPConn) (v verdict, f wire.MPAFrame, prefix []byte) {
+// does. whole is the length of a Request known to have arrived whole (0:
+// not known), which is then read at once.
+func (l *Listener) admit(tc *net.TCPConn, whole int) (v verdict, f wire.MPAFrame, prefix []byte) {
 	// TCP_NODELAY (siw_tcp_nagle = false) is on already: package net
 	// sets it on every connection it accepts.
 	//
@@ -447,41 +454,66 @@ func (l *Listener) admit(tc *net.TCPConn) (v verdict, f wire.MPAFrame, prefix []
 	if l.fallback != nil {
 		first = start.Add(min(l.fallbackWait, l.requestTimeout))
 	}
-	_ = tc.SetDeadline(first)
 	var hdr [wire.MPAHeaderLen]byte
-	key := hdr[:wire.MPAKeyLen]
-	n, err := tc.Read(key)
-	if n > 0 || err == nil {
-		if n > 0 && l.fallback != nil {
-			_ = tc.SetDeadline(deadline)
+	var shortV2 bool
+	var err error
+	if whole > 0 {
+		// The Request is in the socket whole: one read takes it (and
+		// nothing behind it), with no deadline to wait for.
+		frame := make([]byte, whole)
+		if _, err := io.ReadFull(tc, frame); err != nil {
+			return verdictDrop, f, nil
 		}
-		n, err = matchKey(tc, wire.MPARequest, key, n)
-	}
-	if err != nil {
-		// Not MPA, silence, EOF, reset. siw drops the connection
-		// without a word; with Fallback, a connection that did not send
-		// the whole Request key and can still be talked to is a TCP
-		// client (one that half-closed after a short request, or waits
-		// for the server to speak first).
-		var notMPA *notMPAError
-		if l.fallback != nil && (errors.As(err, &notMPA) || errors.Is(err, os.ErrDeadlineExceeded) ||
-			errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
-			return verdictFallback, f, clone(key[:n])
+		copy(hdr[:], frame)
+		f, shortV2, err = parseMPAHeader(wire.MPARequest, &hdr)
+		if err == nil {
+			err = parseMPAPrivateData(&f, frame[wire.MPAHeaderLen:])
 		}
-		return verdictDrop, f, nil
+	} else {
+		_ = tc.SetDeadline(first)
+		var n int
+		n, err = tc.Read(hdr[:])
+		if n > 0 || err == nil {
+			if n > 0 && l.fallback != nil {
+				_ = tc.SetDeadline(deadline)
+			}
+			n, err = matchKey(tc, wire.MPARequest, hdr[:], n)
+		}
+		if err != nil {
+			// Not MPA, silence, EOF, reset. siw drops the connection
+			// without a word; with Fallback, a connection that did not
+			// send the whole Request key and can still be talked to is
+			// a TCP client (one that half-closed after a short request,
+			// or waits for the server to speak first).
+			var notMPA *notMPAError
+			if l.fallback != nil && (errors.As(err, &notMPA) || errors.Is(err, os.ErrDeadlineExceeded) ||
+				errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+				return verdictFallback, f, clone(hdr[:n])
+			}
+			return verdictDrop, f, nil
+		}
+		f, shortV2, err = readMPARest(tc, wire.MPARequest, &hdr, n)
 	}
-	f, shortV2, err := readMPARest(tc, wire.MPARequest, &hdr)
 	if err != nil {
 		// Truncated, revision > 2, PD_Length over the limit.
 		return verdictDrop, f, nil
 	}
 	if shortV2 || f.Header.Flags&wire.MPAFlagMarkers != 0 {
+		_ = tc.SetDeadline(deadline)
 		rep, _ := responderReply(&f, l.ia.opts.requireCRC, 0, 0, nil, true)
 		_ = writeMPA(tc, &rep)
 		return verdictRejected, f, nil
 	}
-	_ = tc.SetDeadline(time.Time{})
+	if whole == 0 {
+		_ = tc.SetDeadline(time.Time{})
+	}
 	return verdictRequest, f, nil
+}
+
+// requestLen is the length of the MPA Request at the start of b, which
+// classifyFirstBytes found whole.
+func requestLen(b []byte) int {
+	return wire.MPAHeaderLen + int(binary.BigEndian.Uint16(b[wire.MPAHeaderLen-2:]))
 }
 
 // firstBytes classifies what a connection sent before the listener took it.
@@ -504,8 +536,7 @@ func classifyFirstBytes(b []byte) firstBytes {
 	case len(b) < wire.MPAHeaderLen:
 		return firstBytesUnknown
 	}
-	pd := int(binary.BigEndian.Uint16(b[wire.MPAHeaderLen-2:]))
-	if pd <= maxWirePrivateData && len(b) >= wire.MPAHeaderLen+pd {
+	if n := requestLen(b); n <= wire.MPAHeaderLen+maxWirePrivateData && len(b) >= n {
 		return firstBytesRequest
 	}
 	return firstBytesUnknown

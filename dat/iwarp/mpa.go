@@ -34,22 +34,24 @@ func (e *notMPAError) Error() string {
 
 func (e *notMPAError) Unwrap() error { return driver.ErrNotRDMAPeer }
 
-// matchKey reads the MPA key of the given kind into key (len
-// wire.MPAKeyLen), of which the first n bytes were read already. It reads
-// whatever the peer has sent, never more than the key, and fails with a
+// matchKey reads the MPA key of the given kind into buf, which holds at
+// least wire.MPAKeyLen and at most wire.MPAHeaderLen bytes, of which the
+// first n were read already. It reads whatever the peer has sent, never
+// more than buf (so never past the frame's header), and fails with a
 // *notMPAError as soon as a byte differs from the key, so a peer that does
 // not speak MPA is recognised from its first bytes, without waiting for a
-// whole header. It returns how many bytes key holds.
-func matchKey(r io.Reader, kind wire.MPAKind, key []byte, n int) (int, error) {
+// whole header. A buf as long as the header takes a frame's header in one
+// read. It returns how many bytes buf holds.
+func matchKey(r io.Reader, kind wire.MPAKind, buf []byte, n int) (int, error) {
 	want := kind.Key()
 	var err error
 	for empty := 0; ; {
 		// Bytes first, then the error that came with them: a wrong byte
 		// followed by EOF is a wrong byte.
-		if string(key[:n]) != want[:n] {
-			return n, &notMPAError{kind: kind, got: clone(key[:n])}
+		if k := min(n, len(want)); string(buf[:k]) != want[:k] {
+			return n, &notMPAError{kind: kind, got: clone(buf[:n])}
 		}
-		if n == len(key) {
+		if n >= len(want) {
 			return n, nil
 		}
 		if err != nil {
@@ -59,7 +61,7 @@ func matchKey(r io.Reader, kind wire.MPAKind, key []byte, n int) (int, error) {
 			return n, err
 		}
 		var m int
-		m, err = r.Read(key[n:])
+		m, err = r.Read(buf[n:])
 		n += m
 		if m == 0 && err == nil {
 			if empty++; empty >= 100 {
@@ -70,7 +72,7 @@ func matchKey(r io.Reader, kind wire.MPAKind, key []byte, n int) (int, error) {
 }
 
 // An MPA frame is read in two steps, matchKey and readMPARest. They read
-// exactly the 20-byte header and then exactly PD_Length bytes and nothing more:
+// at most the 20-byte header and then exactly PD_Length bytes and nothing more:
 // bytes behind the frame belong to the FPDU stream (and from siw there
 // must be none before the other side answered). Bytes that are not the
 // frame's key fail it at once (see matchKey). Frames with a PD_Length over
@@ -80,20 +82,16 @@ func matchKey(r io.Reader, kind wire.MPAKind, key []byte, n int) (int, error) {
 // (siw_proc_mpareq): with revision < 2 the flag is ignored; with revision 2
 // but fewer than 4 bytes of private data the frame is returned without E
 // and shortV2 set, and the caller refuses it with a reject Reply.
-// readMPARest reads the rest of a frame once hdr holds its key (see above).
-func readMPARest(r io.Reader, kind wire.MPAKind, hdr *[wire.MPAHeaderLen]byte) (f wire.MPAFrame, shortV2 bool, err error) {
-	if _, err := io.ReadFull(r, hdr[wire.MPAKeyLen:]); err != nil {
+// readMPARest reads the rest of a frame once the first n bytes of hdr,
+// n >= wire.MPAKeyLen, hold its key (see above).
+func readMPARest(r io.Reader, kind wire.MPAKind, hdr *[wire.MPAHeaderLen]byte, n int) (f wire.MPAFrame, shortV2 bool, err error) {
+	if _, err := io.ReadFull(r, hdr[n:]); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF // the key promised a header
 		}
 		return f, false, err
 	}
-	err = f.Header.Parse(hdr[:], kind, maxWirePrivateData)
-	if kind == wire.MPARequest && (errors.Is(err, wire.ErrMPAEnhancedRevision) || errors.Is(err, wire.ErrMPAEnhancedPrivateData)) {
-		shortV2 = errors.Is(err, wire.ErrMPAEnhancedPrivateData)
-		hdr[wire.MPAKeyLen] &^= byte(wire.MPAFlagEnhanced)
-		err = f.Header.Parse(hdr[:], kind, maxWirePrivateData)
-	}
+	f, shortV2, err = parseMPAHeader(kind, hdr)
 	if err != nil {
 		return f, false, err
 	}
@@ -104,13 +102,30 @@ func readMPARest(r io.Reader, kind wire.MPAKind, hdr *[wire.MPAHeaderLen]byte) (
 		}
 		return f, false, err
 	}
+	return f, shortV2, parseMPAPrivateData(&f, pd)
+}
+
+// parseMPAHeader parses a frame's header as readMPARest does (see above
+// for shortV2).
+func parseMPAHeader(kind wire.MPAKind, hdr *[wire.MPAHeaderLen]byte) (f wire.MPAFrame, shortV2 bool, err error) {
+	err = f.Header.Parse(hdr[:], kind, maxWirePrivateData)
+	if kind == wire.MPARequest && (errors.Is(err, wire.ErrMPAEnhancedRevision) || errors.Is(err, wire.ErrMPAEnhancedPrivateData)) {
+		shortV2 = errors.Is(err, wire.ErrMPAEnhancedPrivateData)
+		hdr[wire.MPAKeyLen] &^= byte(wire.MPAFlagEnhanced)
+		err = f.Header.Parse(hdr[:], kind, maxWirePrivateData)
+	}
+	return f, shortV2, err
+}
+
+// parseMPAPrivateData parses the PD_Length bytes that follow f's header.
+func parseMPAPrivateData(f *wire.MPAFrame, pd []byte) error {
 	if err := f.ParsePrivateData(pd); err != nil {
-		return f, false, err
+		return err
 	}
 	if len(f.PrivateData) > MaxPrivateData {
-		return f, false, errConsumerPDTooLong
+		return errConsumerPDTooLong
 	}
-	return f, shortV2, nil
+	return nil
 }
 
 // writeMPA writes f in one Write, so the frame leaves in one segment

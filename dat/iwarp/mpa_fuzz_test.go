@@ -13,10 +13,11 @@ import (
 // readMPA reads a whole frame as the handshake sides do.
 func readMPA(r io.Reader, kind wire.MPAKind) (f wire.MPAFrame, shortV2 bool, err error) {
 	var hdr [wire.MPAHeaderLen]byte
-	if _, err := matchKey(r, kind, hdr[:wire.MPAKeyLen], 0); err != nil {
+	n, err := matchKey(r, kind, hdr[:], 0)
+	if err != nil {
 		return f, false, err
 	}
-	return readMPARest(r, kind, &hdr)
+	return readMPARest(r, kind, &hdr, n)
 }
 
 // chunkReader returns data in reads of at most n bytes, as a TCP stream

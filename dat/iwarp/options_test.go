@@ -107,6 +107,14 @@ var keepAliveCases = func() []keepAliveCase {
 		{name: "period", ka: 5 * time.Second, want: sockopts{1, 5, 15, 9, 140_000}},
 		{name: "config", cfg: short, want: sockopts{1, 2, 1, 3, 5_000}},
 		{name: "config wins over negative", ka: -1, cfg: short, want: sockopts{1, 2, 1, 3, 5_000}},
+		// net rounds up to whole seconds; the user timeout follows what
+		// the socket holds.
+		{name: "rounded up", cfg: net.KeepAliveConfig{Enable: true, Idle: 1500 * time.Millisecond, Interval: 300 * time.Millisecond, Count: 2},
+			want: sockopts{1, 2, 1, 2, 4_000}},
+		// A negative field keeps the system's value (cnt -1: filled in
+		// from the socket below), which the user timeout counts.
+		{name: "system count", cfg: net.KeepAliveConfig{Enable: true, Idle: 2 * time.Second, Interval: time.Second, Count: -1},
+			want: sockopts{1, 2, 1, -1, -1}},
 		{name: "off", ka: -1, wantNoKA: true},
 	}
 }()
@@ -129,6 +137,10 @@ func TestKeepAliveOptions(t *testing.T) {
 					continue
 				}
 				want := tc.want
+				if want.cnt < 0 {
+					want.cnt = got.cnt
+					want.userTimeout = (want.idle + want.intvl*got.cnt) * 1000
+				}
 				if runtime.GOOS != "linux" {
 					want.userTimeout = -1
 				}
