@@ -57,6 +57,23 @@
 // that disappears without a FIN gives a reset error (syscall.ECONNRESET)
 // after the data already received.
 //
+// # Shared control receives
+//
+// On iwarp, the control messages of every connection of an IA land in
+// one shared receive queue (an SRQ, dat.IA.CreateSRQ) rather than in
+// receives each connection posts on its own QP. Each connection reserves
+// K+1 slots of it (K, the credits it grants, plus the one it is applying)
+// and gives them back when it ends; the SRQ is refilled one slot at a
+// time as messages are applied, and another is opened when one is fully
+// reserved. Credits are unchanged, so they cannot deadlock, and the
+// reservation means a message sent within its credits always finds a
+// receive, whatever other peers do: the provider ends a connection whose
+// peer sends beyond what its K receives can hold instead of letting it
+// take the others' (dat.ProviderAttr.SRQEPLimit). The argument is in
+// ctrlpool.go, with TestSharedReceivesModel. A provider without that
+// limit (verbs: an RDMA adapter takes SRQ receives for any QP) keeps a
+// receive queue per connection.
+//
 // # Connection setup
 //
 // A dial makes its connection in its own goroutine (dat's

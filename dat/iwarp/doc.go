@@ -288,7 +288,11 @@
 // after that point, from the receive goroutine, never from a post or a
 // Poll. Requests posted after the end are accepted and dropped the same
 // way. A receive an SRQ lent to a connection that ended inside its Send
-// goes back to the SRQ. A graceful Disconnect first lets the send side
+// goes back to the SRQ. A QP holds at most its MaxRecvWR of its SRQ's
+// receives whose events the consumer has not dequeued
+// (IAAttr.SRQQPLimit): a Send beyond that is refused as if no receive
+// were posted, which ends that connection only, so a peer cannot empty
+// an SRQ that other connections share. A graceful Disconnect first lets the send side
 // finish (Sends and Writes handed to TCP, Reads answered and the peer's
 // Read Requests served, bounded by close_timeout), then sends FIN.
 //

@@ -98,6 +98,21 @@ type keepAliveCase struct {
 	wantNoKA bool
 }
 
+// wantFor is what a socket should hold for tc, given what it holds (got):
+// a count left to the system is the system's, and the user timeout
+// counts it.
+func (tc keepAliveCase) wantFor(got sockopts) sockopts {
+	want := tc.want
+	if want.cnt < 0 {
+		want.cnt = got.cnt
+		want.userTimeout = (want.idle + want.intvl*got.cnt) * 1000
+	}
+	if runtime.GOOS != "linux" {
+		want.userTimeout = -1
+	}
+	return want
+}
+
 // keepAliveCases are the settings TestKeepAliveOptions and
 // TestKeepAliveFallback try.
 var keepAliveCases = func() []keepAliveCase {
@@ -136,15 +151,7 @@ func TestKeepAliveOptions(t *testing.T) {
 					}
 					continue
 				}
-				want := tc.want
-				if want.cnt < 0 {
-					want.cnt = got.cnt
-					want.userTimeout = (want.idle + want.intvl*got.cnt) * 1000
-				}
-				if runtime.GOOS != "linux" {
-					want.userTimeout = -1
-				}
-				if got != want {
+				if want := tc.wantFor(got); got != want {
 					t.Errorf("got %+v, want %+v", got, want)
 				}
 			}
@@ -189,7 +196,7 @@ func TestKeepAliveFallback(t *testing.T) {
 				t.Fatal(r.err)
 			}
 			// userTimeout not compared: only MPA connections get one.
-			want := tc.want
+			want := tc.wantFor(r.o)
 			r.o.userTimeout, want.userTimeout = 0, 0
 			if tc.wantNoKA {
 				if r.o.keepalive != 0 {
