@@ -329,9 +329,19 @@ func TestDTOSRQReceiveOfFreedEPRestored(t *testing.T) {
 	cep1, sep1, recv1 := connect(c1)
 	send(c1, cep1, 'a')
 	// The message took the receive; its completion waits in the CQ of
-	// recv1, which nobody polls before the EP goes.
-	for limit := time.Now().Add(eventWait); posted() != 0; time.Sleep(time.Millisecond) {
-		require.False(t, time.Now().After(limit), "the receive was not taken")
+	// recv1, which nobody polls before the EP goes. The iwarp provider
+	// counts a receive off when it takes it; a verbs adapter's taking
+	// shows only in the CQ, so there the Send's completion must do (on
+	// RC over rxe it means the receive was consumed; siw completes a Send
+	// once it is on TCP, so a moment more is given). If the message came
+	// after the EP was freed, the receive was never taken and the checks
+	// below hold all the same.
+	if testProvider == "iwarp" {
+		for limit := time.Now().Add(eventWait); posted() != 0; time.Sleep(time.Millisecond) {
+			require.False(t, time.Now().After(limit), "the receive was not taken")
+		}
+	} else {
+		time.Sleep(100 * time.Millisecond)
 	}
 	require.NoError(t, sep1.Disconnect(dat.CloseAbrupt))
 	waitFor(t, s.evd, dat.ConnectionEventDisconnected)

@@ -17,8 +17,7 @@ import (
 // that peer in the background; the next dup-connect dial with the same
 // setup takes the oldest (waiting for it if it is still being dialed,
 // which is sooner than a dial of its own) and another spare is dialed.
-// Programs that
-// never dup never get one. The spare is a plain connection on the wire,
+// Programs that never dup never get one. The spare is a plain connection on the wire,
 // so any server takes it; the server accepts it when it is dialed. It
 // lives as long as the connection it was dialed from (its template):
 // closing that closes the spare. A spare that cannot be dialed ends the

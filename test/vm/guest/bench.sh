@@ -332,6 +332,14 @@ row dat-lat "DAT Send/Recv half RTT (median), 64 B, rxe0" "ib_send_lat -R -s 64 
 row info-lat-event "rdmanet half RTT (median), 64 B, rxe0, event-only wait" "ib_send_lat -R -e (event mode, t_typical)" µs "-" \
 	-- perftest ib_send_lat 5 rxe0 "$RXE" -e -s 64 -n "$LAT_N" \
 	-- rdmaperf lat_p50_us "verbs:$RXE" "$RXE" rdmanet --test lat --size 64 --iters "$LAT_N" --wait event
+# The spin sweep behind the verbs provider's default spin (defaultSpin in
+# dat/verbs): the same ping-pong with the waiter spinning that long
+# before it sleeps on the completion channel.
+for spin in 5us 20us 50us 200us 1ms; do
+	row "info-spin-$spin" "rdmanet half RTT (median), 64 B, rxe0, spin $spin, then sleep" "ib_send_lat -R -s 64 (t_typical)" µs "-" \
+		-- perftest ib_send_lat 5 rxe0 "$RXE" -s 64 -n "$LAT_N" \
+		-- rdmaperf lat_p50_us "verbs:$RXE" "$RXE" rdmanet --test lat --size 64 --iters "$LAT_N" --wait adaptive --spin "$spin"
+done
 row info-rs-block "rdmanet half RTT (mean), 64 B, rxe0" "rstream -T b (blocking) -S 64 -C 1 -I $LAT_N" µs "-" \
 	-- rstream_run lat "$RXE" -T b -S 64 -C 1 -I "$LAT_N" \
 	-- rdmaperf lat_avg_us "verbs:$RXE" "$RXE" rdmanet --test lat --size 64 --iters "$LAT_N"
