@@ -14,11 +14,20 @@ import (
 	"github.com/rdmanet/rdmanet/dat/driver"
 )
 
-// defaultSpin is the spin the provider advises waiters (IAAttr.Spin):
-// about a small-message round trip on a NIC, and a few on rxe and siw
-// under emulation, far below the cost of a completion-channel wake-up
-// there (hundreds of microseconds). See package dat's PollPolicy.
-const defaultSpin = 50 * time.Microsecond
+// defaultSpin is the spin the provider advises waiters (IAAttr.Spin). It
+// must cover a small-message round trip, or the waiter sleeps on the
+// completion channel for every message and pays a wake-up that costs
+// far more than the round trip. Chosen by measurement (test/vm/bench.sh,
+// the info-spin rows: rdmanet's 64-byte ping-pong on rxe0 in the TCG
+// guest against ib_send_lat, medians of 3, one boot): the median half
+// round trip was 487 µs spinning 5 µs, 522 µs at 20 µs, 352 µs at
+// 50 µs, 51 µs at 200 µs and 59 µs at 1 ms (ib_send_lat: 12-22 µs).
+// Below the round trip of a software device the spin fails and the
+// waits sleep; 200 µs catches it, and more only burns. On a NIC the
+// round trip is a few microseconds, so a wait ends long before; an idle
+// wait burns the spin once, after which package dat's adaptive back-off
+// makes the next waits sleep at once (see dat.PollAdaptive).
+const defaultSpin = 200 * time.Microsecond
 
 // Private-data limits per transport: on IB and RoCE the REQ is the binding
 // constraint (92 bytes minus the 36-byte rdma_cm header). On iWARP the
