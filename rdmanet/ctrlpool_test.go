@@ -258,7 +258,10 @@ func TestControlFloodBreaksOnlyItsConnection(t *testing.T) {
 	l, err := lc.Listen(context.Background(), "rdma", "127.0.0.1:0")
 	require.NoError(t, err)
 	defer l.Close()
-	d := Dialer{IA: "iwarp", Timeout: 10 * time.Second}
+	// NoDup: the second dial to the same address would otherwise go
+	// through dup-connect and start spares, which the listener may
+	// accept before the dial's own connection.
+	d := Dialer{IA: "iwarp", NoDup: true, Timeout: 10 * time.Second}
 	accept := func() (dialed, accepted *Conn) {
 		ch := make(chan net.Conn, 1)
 		go func() {
