@@ -530,8 +530,8 @@ func (c *Conn) returnSlots() {
 		if err != nil {
 			return
 		}
-		if ev.Number == dat.DTOCompletionEvent && ev.DTO.Op == dat.DTOReceive && c.arena.valid(int(ev.DTO.Cookie)) {
-			c.arena.post(int(ev.DTO.Cookie))
+		if ev.Number == dat.DTOCompletionEvent && ev.DTO.Op == dat.DTOReceive {
+			c.giveBackSlot(int(ev.DTO.Cookie))
 		}
 	}
 }

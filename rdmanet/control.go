@@ -54,6 +54,16 @@ func (c *Conn) sendSlotOff(seq uint64) uint64 {
 	return uint64(c.ownRecvs()+int(seq%uint64(c.cfg.sendDepth))) * ctrlSlot
 }
 
+// giveBackSlot posts arena slot i back without counting it for a grant:
+// the message in it was not applied (a failed receive, a bad message, a
+// Conn going away), but the slot is the arena's and its supply must not
+// shrink (ctrlpool.go). Own receive slots stay with the dying Conn.
+func (c *Conn) giveBackSlot(i int) {
+	if c.arena != nil && c.arena.valid(i) {
+		c.arena.post(i)
+	}
+}
+
 // postRecv (re-)posts control receive slot i, to the arena or our EP.
 func (c *Conn) postRecv(i int) error {
 	if c.arena != nil {

@@ -75,9 +75,7 @@ func (c *Conn) onEstablished(ev *dat.Event) {
 func (c *Conn) onRecv(ev *dat.Event) {
 	slot := int(ev.DTO.Cookie)
 	if ev.DTO.Status != dat.DTOSuccess {
-		if c.arena != nil && c.arena.valid(slot) {
-			c.arena.post(slot) // the arena's, whatever became of the message
-		}
+		c.giveBackSlot(slot) // the arena's, whatever became of the message
 		if ev.DTO.Status != dat.DTOErrFlushed {
 			c.fail(fmt.Errorf("rdmanet: control receive failed: status %d", ev.DTO.Status))
 		}
@@ -89,9 +87,7 @@ func (c *Conn) onRecv(ev *dat.Event) {
 	}
 	m, err := wire.Parse(c.recvSlot(slot)[:ev.DTO.Length])
 	if err != nil {
-		if c.arena != nil {
-			c.arena.post(slot)
-		}
+		c.giveBackSlot(slot)
 		c.fail(errProtocol("%v", err))
 		return
 	}
@@ -105,8 +101,8 @@ func (c *Conn) onRecv(ev *dat.Event) {
 			c.cc.reposted()
 			c.mu.Unlock()
 		}
-	} else if c.arena != nil {
-		c.arena.post(slot)
+	} else {
+		c.giveBackSlot(slot)
 	}
 	if err != nil {
 		c.fail(err)
