@@ -117,10 +117,16 @@ type ProviderAttr struct {
 	// SRQEPLimit reports that an EP never holds more than its
 	// max_recv_dtos of its SRQ's receives whose events the consumer has
 	// not dequeued: a message beyond that finds no receive, as on an EP
-	// with its own queue, and breaks that connection only. Without it (an adapter takes SRQ receives for
-	// any QP), a peer that sends more than it was granted can empty the
-	// SRQ that other connections depend on. An rdmanet extension.
+	// with its own queue, and breaks that connection only. Without it
+	// (an adapter takes SRQ receives for any QP), a peer that sends more
+	// than it was granted can empty the SRQ that other connections depend
+	// on. An rdmanet extension.
 	SRQEPLimit bool
+	// WriteImmSupported reports that EP.PostRDMAWriteImm works: the
+	// transport has RDMA Write with Immediate (InfiniBand and RoCE; not
+	// iWARP). DAT 2.0 offers it as an InfiniBand extension
+	// (dat_ib_post_rdma_write_immed).
+	WriteImmSupported bool
 	// PSPCreatesEP reports whether the provider can create EPs for PSPs
 	// (DAT_PSP_CREATES_EP_IFASKED).
 	PSPCreatesEP bool

@@ -35,11 +35,15 @@ const (
 	kindSend
 	kindWrite
 	kindRead
+	kindWriteImm
 )
 
 func (k dtoKind) op() string {
-	return [...]string{"dat_ep_post_recv", "dat_ep_post_send", "dat_ep_post_rdma_write", "dat_ep_post_rdma_read"}[k]
+	return [...]string{"dat_ep_post_recv", "dat_ep_post_send", "dat_ep_post_rdma_write", "dat_ep_post_rdma_read", "dat_ib_post_rdma_write_immed"}[k]
 }
+
+// rdmaWrite reports the kinds that follow the RDMA Write rules.
+func (k dtoKind) rdmaWrite() bool { return k == kindWrite || k == kindWriteImm }
 
 // PostRecv posts a receive buffer (dat_ep_post_recv). It is allowed in every
 // EP state; in DISCONNECTED the receive completes at once as flushed.
@@ -47,7 +51,7 @@ func (k dtoKind) op() string {
 // are UNSIGNALLED. An EP created on an SRQ takes receives only from the
 // SRQ: posting here gives DAT_INVALID_STATE.
 func (ep *EP) PostRecv(iov []LMRTriplet, cookie uint64, flags CompletionFlags) error {
-	return ep.post(kindRecv, iov, cookie, RMRTriplet{}, flags)
+	return ep.post(kindRecv, iov, cookie, RMRTriplet{}, 0, flags)
 }
 
 // PostSend posts a Send of the bytes described by iov (dat_ep_post_send).
@@ -59,14 +63,28 @@ func (ep *EP) PostRecv(iov []LMRTriplet, cookie uint64, flags CompletionFlags) e
 // UNSIGNALLED on an EP whose request completion flags are UNSIGNALLED (the
 // event is queued without waking a waiter).
 func (ep *EP) PostSend(iov []LMRTriplet, cookie uint64, flags CompletionFlags) error {
-	return ep.post(kindSend, iov, cookie, RMRTriplet{}, flags)
+	return ep.post(kindSend, iov, cookie, RMRTriplet{}, 0, flags)
 }
 
 // PostRDMAWrite writes the bytes described by iov into the peer's memory
 // at remote (dat_ep_post_rdma_write). States and flags are as for
 // PostSend. remote.Length must cover the local data (DAT_LENGTH_ERROR).
 func (ep *EP) PostRDMAWrite(iov []LMRTriplet, cookie uint64, remote RMRTriplet, flags CompletionFlags) error {
-	return ep.post(kindWrite, iov, cookie, remote, flags)
+	return ep.post(kindWrite, iov, cookie, remote, 0, flags)
+}
+
+// PostRDMAWriteImm is PostRDMAWrite followed by the 32-bit value imm,
+// which the peer receives in the completion of one of its posted
+// receives (DTOCompletion.WithImm) once the written bytes are in place:
+// one request does what a Write and a Send would, and the receive's
+// buffer is left untouched. It is DAT 2.0's InfiniBand extension
+// dat_ib_post_rdma_write_immed, and works only where
+// ProviderAttr.WriteImmSupported says so (InfiniBand, RoCE); elsewhere it
+// gives DAT_MODEL_NOT_SUPPORTED. The local data may be empty. States,
+// flags and lengths are as for PostRDMAWrite; the peer must have a
+// receive posted, as for a Send.
+func (ep *EP) PostRDMAWriteImm(iov []LMRTriplet, cookie uint64, imm uint32, remote RMRTriplet, flags CompletionFlags) error {
+	return ep.post(kindWriteImm, iov, cookie, remote, imm, flags)
 }
 
 // PostRDMARead reads remote.Length bytes of the peer's memory into iov
@@ -74,10 +92,10 @@ func (ep *EP) PostRDMAWrite(iov []LMRTriplet, cookie uint64, remote RMRTriplet, 
 // (DAT_LENGTH_ERROR) and be writable by the adapter
 // (DAT_PRIVILEGES_VIOLATION). States and flags are as for PostSend.
 func (ep *EP) PostRDMARead(iov []LMRTriplet, cookie uint64, remote RMRTriplet, flags CompletionFlags) error {
-	return ep.post(kindRead, iov, cookie, remote, flags)
+	return ep.post(kindRead, iov, cookie, remote, 0, flags)
 }
 
-func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTriplet, flags CompletionFlags) error {
+func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTriplet, imm uint32, flags CompletionFlags) error {
 	op := kind.op()
 	if ep == nil {
 		return newError(op, InvalidHandle, HandleEP, "EP is nil")
@@ -95,6 +113,9 @@ func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTrip
 		return newError(op, InvalidHandle, HandleEP, "EP is freed")
 	}
 	ia := ep.ia
+	if kind == kindWriteImm && !ia.attr.WriteImm {
+		return newError(op, ModelNotSupported, NoSubtype, "the provider's transport has no RDMA Write with Immediate")
+	}
 	a := &v.attr
 	recv := kind == kindRecv
 
@@ -136,7 +157,7 @@ func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTrip
 	switch kind {
 	case kindRecv:
 		maxIOV = a.MaxRecvIOV
-	case kindWrite:
+	case kindWrite, kindWriteImm:
 		maxIOV = min(a.MaxRequestIOV, nonZero(a.MaxRDMAWriteIOV, a.MaxRequestIOV))
 	case kindRead:
 		maxIOV = min(a.MaxRequestIOV, nonZero(a.MaxRDMAReadIOV, v.maxReadSGE))
@@ -172,7 +193,7 @@ func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTrip
 		if total > uint64(a.MaxMessageSize) {
 			return newError(op, LengthError, NoSubtype, "%d bytes exceed max_message_size %d", total, a.MaxMessageSize)
 		}
-	case kindWrite:
+	case kindWrite, kindWriteImm:
 		if total > uint64(a.MaxRDMASize) {
 			return newError(op, LengthError, NoSubtype, "%d bytes exceed max_rdma_size %d", total, a.MaxRDMASize)
 		}
@@ -200,7 +221,7 @@ func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTrip
 		ep.recvPosted.Store(true)
 		q = &ep.recvQ
 	} else {
-		ent.op = [...]driver.Opcode{kindSend: driver.OpSend, kindWrite: driver.OpRDMAWrite, kindRead: driver.OpRDMARead}[kind]
+		ent.op = [...]driver.Opcode{kindSend: driver.OpSend, kindWrite: driver.OpRDMAWrite, kindRead: driver.OpRDMARead, kindWriteImm: driver.OpRDMAWriteImm}[kind]
 		ent.length = uint32(total)
 		if kind == kindRead {
 			ent.length = remote.Length
@@ -247,7 +268,7 @@ func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTrip
 			df |= driver.SendFence
 		}
 		err = qp.PostSend(driver.SendWR{ID: seq, Op: ent.op, Flags: df, Local: sges,
-			Remote: driver.RemoteSegment{Addr: remote.Addr, Length: remote.Length, RKey: remote.Context}})
+			Remote: driver.RemoteSegment{Addr: remote.Addr, Length: remote.Length, RKey: remote.Context}, Imm: imm})
 	}
 	if err != nil {
 		// The provider refused the post, so no completion will come. The

@@ -113,6 +113,41 @@ func TestDTORDMAWriteRead(t *testing.T) {
 	require.Equal(t, make([]byte, 4096), remote.buf[4096+half:], "nothing after the target was written")
 }
 
+// RDMA Write with Immediate (the InfiniBand extension): where the
+// provider offers it, the bytes land and one receive completes with the
+// value and the Write's length, its buffer untouched; elsewhere the post
+// is refused with DAT_MODEL_NOT_SUPPORTED and nothing is queued.
+func TestDTORDMAWriteImm(t *testing.T) {
+	x := newXferPair(t, xferAttr(0, 0), xferAttr(0, 0))
+	local := register(t, x.c, x.c.pz, 8192, dat.MemPrivLocalWrite|dat.MemPrivLocalRead)
+	remote := register(t, x.s, x.s.pz, 8192, dat.MemPrivLocalWrite|dat.MemPrivRemoteWrite)
+	slot := register(t, x.s, x.s.pz, 64, dat.MemPrivLocalWrite)
+	fill(local.buf, 5)
+	err := x.cep.PostRDMAWriteImm([]dat.LMRTriplet{local.seg(0, 3000)}, 1, 0xc0ffee, remote.remote(100, 3000), dat.CompletionDefault)
+	_, pa, qerr := x.c.ia.Query()
+	require.NoError(t, qerr)
+	if !pa.WriteImmSupported {
+		requireCode(t, err, dat.ModelNotSupported, dat.NoSubtype)
+		_, derr := x.cReq.Dequeue()
+		requireCode(t, derr, dat.QueueEmpty, dat.NoSubtype)
+		return
+	}
+	require.NoError(t, err)
+	require.NoError(t, x.sep.PostRecv([]dat.LMRTriplet{slot.seg(0, 64)}, 2, dat.CompletionDefault))
+	dto(t, x.cReq, 1, dat.DTORDMAWriteImm)
+	got := dto(t, x.sRecv, 2, dat.DTOReceive)
+	require.True(t, got.WithImm, "%+v", got)
+	require.Equal(t, uint32(0xc0ffee), got.Imm)
+	require.Equal(t, uint32(3000), got.Length)
+	require.True(t, bytes.Equal(local.buf[:3000], remote.buf[100:3100]), "the Write's bytes are in place when its receive completes")
+	require.Equal(t, make([]byte, 64), slot.buf, "the receive's buffer is untouched")
+	// A Send's receive carries no immediate value.
+	require.NoError(t, x.sep.PostRecv([]dat.LMRTriplet{slot.seg(0, 64)}, 3, dat.CompletionDefault))
+	require.NoError(t, x.cep.PostSend([]dat.LMRTriplet{local.seg(0, 8)}, 4, dat.CompletionDefault))
+	dto(t, x.cReq, 4, dat.DTOSend)
+	require.False(t, dto(t, x.sRecv, 3, dat.DTOReceive).WithImm)
+}
+
 // Ordering across Send, Write and Read on one connection: a Send posted
 // after a Write is seen only after the Write's data landed, and a Read
 // posted after a Write returns the written data. Each round uses fresh

@@ -107,6 +107,9 @@ const (
 	DTORDMAWrite DTOOp = 1
 	DTORDMARead  DTOOp = 2
 	DTOReceive   DTOOp = 3
+	// DTORDMAWriteImm completes EP.PostRDMAWriteImm (the InfiniBand
+	// extension's DAT_IB_DTO_RDMA_WRITE_IMMED).
+	DTORDMAWriteImm DTOOp = 4
 )
 
 // DTOStatus is a DTO completion status (DAT_DTO_COMPLETION_STATUS).
@@ -137,6 +140,12 @@ type DTOCompletion struct {
 	// is DTOSuccess.
 	Length uint32
 	Op     DTOOp
+	// WithImm is set on a successful receive that the peer's RDMA Write
+	// with Immediate consumed (EP.PostRDMAWriteImm) rather than a Send:
+	// Imm holds the immediate value, Length the Write's length, and the
+	// receive's buffer is untouched.
+	WithImm bool
+	Imm     uint32
 }
 
 // ConnRequestData is the data of a connection request event.

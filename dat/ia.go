@@ -171,6 +171,7 @@ func (ia *IA) providerAttr() ProviderAttr {
 		SRQSupported:               ia.attr.MaxSRQWR > 0,
 		SRQEPPZDifferenceSupported: ia.attr.SRQPDDifference,
 		SRQEPLimit:                 ia.attr.SRQQPLimit,
+		WriteImmSupported:          ia.attr.WriteImm,
 		PSPCreatesEP:               true,
 	}
 }

@@ -166,6 +166,7 @@ func (e *EVD) srqCompletionLocked(ep *EP, c *driver.Completion) (lost int) {
 	}
 	ev := Event{Number: DTOCompletionEvent, DTO: DTOCompletion{
 		EP: ep, Cookie: cookie, Status: DTOStatus(c.Status), Length: c.Length, Op: DTOReceive,
+		WithImm: c.WithImm && c.Status == driver.StatusSuccess, Imm: c.Imm,
 	}}
 	if !e.enqueueLocked(ev, true) {
 		ep.srqEventTaken() // lost: nobody will take it

@@ -56,17 +56,21 @@ type wrQueue struct {
 // wrEntry is one outstanding request.
 type wrEntry struct {
 	cookie uint64
-	op     driver.Opcode
-	mode   deliveryMode
-	// signaled is false for a request the provider may complete silently
-	// (posted unsignalled): a later completion implies its success.
-	signaled bool
 	// length is the bytes a send-side request moves (set when posted) or
 	// the length of the message a receive took (set when it completes).
+	length uint32
+	// imm is the immediate value of a receive an RDMA Write with
+	// Immediate consumed (withImm).
+	imm  uint32
+	op   driver.Opcode
+	mode deliveryMode
+	// signaled is false for a request the provider may complete silently
+	// (posted unsignalled): a later completion implies its success.
+	signaled  bool
 	done      bool
 	status    driver.Status
-	length    uint32
 	solicited bool
+	withImm   bool
 }
 
 // resize sets the queue's capacity (the EP's max DTOs). Entries already
@@ -158,6 +162,7 @@ func (q *wrQueue) complete(c *driver.Completion) {
 	e.done, e.status, e.solicited = true, c.Status, c.Solicited
 	if q.recv {
 		e.length = c.Length // the message's length
+		e.withImm, e.imm = c.WithImm && c.Status == driver.StatusSuccess, c.Imm
 		return
 	}
 	// A send-side request's length is the one posted: devices need not
@@ -213,6 +218,7 @@ func (q *wrQueue) deliverLocked() (lost int) {
 		}
 		ev := Event{Number: DTOCompletionEvent, DTO: DTOCompletion{
 			EP: q.ep, Cookie: ent.cookie, Status: DTOStatus(ent.status), Length: ent.length, Op: DTOOp(ent.op),
+			WithImm: ent.withImm, Imm: ent.imm,
 		}}
 		if !evd.enqueueLocked(ev, notify) {
 			lost++

@@ -49,6 +49,10 @@ type IAAttr struct {
 	// QPConfig.SRQHeld): a Send beyond that finds no receive, as on a QP
 	// with a receive queue of its own.
 	SRQQPLimit bool
+	// WriteImm reports that QPs carry RDMA Write with Immediate
+	// (OpRDMAWriteImm): InfiniBand and RoCE do; iWARP (RFC 5040) has no
+	// immediate data.
+	WriteImm bool
 	// MaxMR bounds registered regions; MaxMRSize bounds one region.
 	MaxMR     int
 	MaxMRSize uint64
@@ -231,6 +235,12 @@ const (
 	OpRDMAWrite Opcode = 1
 	OpRDMARead  Opcode = 2
 	OpRecv      Opcode = 3
+	// OpRDMAWriteImm is an RDMA Write with Immediate: the Write, then a
+	// 32-bit value (SendWR.Imm) delivered to the peer in the completion
+	// of a receive the Write consumes (Completion.WithImm). It is the
+	// InfiniBand extension DAT 2.0 exposes as dat_ib_post_rdma_write_immed,
+	// offered only by providers that report IAAttr.WriteImm.
+	OpRDMAWriteImm Opcode = 4
 )
 
 // SendFlags modify a send-side work request.
@@ -260,6 +270,8 @@ type SendWR struct {
 	Flags  SendFlags
 	Local  []SGE
 	Remote RemoteSegment // RDMA Write and Read only
+	// Imm is the immediate value of an OpRDMAWriteImm.
+	Imm uint32
 }
 
 // RecvWR is a receive work request.
@@ -315,6 +327,11 @@ type Completion struct {
 	// it on every successful receive, so a SOLICITED_WAIT stream wakes too
 	// often rather than never.
 	Solicited bool
+	// WithImm is set on a successful receive that an RDMA Write with
+	// Immediate consumed instead of a Send: Imm holds the immediate value
+	// and Length the Write's length; the receive's buffer is untouched.
+	WithImm bool
+	Imm     uint32
 }
 
 // Provider errors. Providers wrap these (fmt.Errorf("...: %w", ErrX)) so

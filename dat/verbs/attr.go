@@ -123,6 +123,9 @@ func queryAttr(ctx *C.struct_ibv_context, port uint8) (driver.IAAttr, devLimits,
 		a.Transport = driver.TransportIB
 		a.MaxPrivateData = maxPrivateDataIB
 	}
+	// RDMA Write with Immediate is an InfiniBand operation (RoCE too);
+	// iWARP's RDMAP has none, and siw refuses the opcode.
+	a.WriteImm = a.Transport != driver.TransportIWARP
 	lim := devLimits{maxCQE: int(da.max_cqe), maxSRQSGE: min(int(da.max_srq_sge), maxSGE), windows: hasType1Windows(&da)}
 	lim.cqResizable = C.shim_probe_resize_cq(ctx) != 0
 	// Measured on Debian 12's 6.1 kernel: an RDMA Write through an rxe

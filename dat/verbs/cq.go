@@ -289,7 +289,7 @@ func (c *CQ) pollSegLocked(s *cqSeg, dst []driver.Completion) int {
 		for i := 0; i < got; i++ {
 			w := &c.wcs[i]
 			if comp, ok := c.mapLocked(wcRec{wrID: uint64(w.wr_id), status: uint32(w.status), opcode: uint32(w.opcode),
-				byteLen: uint32(w.byte_len), qpNum: uint32(w.qp_num)}); ok {
+				byteLen: uint32(w.byte_len), qpNum: uint32(w.qp_num), imm: uint32(w.imm), hasImm: w.has_imm != 0}); ok {
 				dst[n] = comp
 				n++
 			}
@@ -409,6 +409,10 @@ const (
 type wcRec struct {
 	wrID                           uint64
 	status, opcode, byteLen, qpNum uint32
+	// imm is the immediate value of a receive an RDMA Write with
+	// Immediate consumed (hasImm).
+	imm    uint32
+	hasImm bool
 }
 
 // mapLocked turns a work completion into package dat's Completion, or
@@ -498,6 +502,7 @@ func (q *QP) mapWC(w wcRec) (driver.Completion, bool) {
 		}
 		if recv {
 			comp.Solicited = true // verbs does not report SE; see doc.go
+			comp.WithImm, comp.Imm = w.hasImm, w.imm
 		}
 	}
 	return comp, true

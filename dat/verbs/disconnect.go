@@ -151,7 +151,7 @@ func (q *QP) postDrainMarker(c *conn) error {
 	}
 	q.sendPosted.Add(1)
 	rc := C.shim_post_send(c.qp, C.uint64_t(wrHandleOf(wrDrain, 0)), C.IBV_WR_RDMA_WRITE, C.IBV_SEND_SIGNALED,
-		&q.sges[0], 0, 0, 0)
+		&q.sges[0], 0, 0, 0, 0)
 	if rc != 0 {
 		q.sendPosted.Add(^uint64(0))
 		return errnoOf(rc)

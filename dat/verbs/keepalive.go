@@ -317,7 +317,7 @@ func (k *keeper) probeLocked() error {
 	}
 	q.sendPosted.Add(1)
 	rc := C.shim_post_send(qp, C.uint64_t(wrHandleOf(wrProbe, k.posted)), C.int(op), C.IBV_SEND_SIGNALED,
-		&q.sges[0], C.int(nsge), 0, 0)
+		&q.sges[0], C.int(nsge), 0, 0, 0)
 	if rc != 0 {
 		q.sendPosted.Add(^uint64(0))
 		return postError("ibv_post_send", errnoOf(rc))

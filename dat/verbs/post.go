@@ -78,6 +78,11 @@ func (q *QP) PostSend(wr driver.SendWR) error {
 		opcode = C.IBV_WR_RDMA_WRITE
 	case driver.OpRDMARead:
 		opcode = C.IBV_WR_RDMA_READ
+	case driver.OpRDMAWriteImm:
+		if q.ia.attr.Transport == driver.TransportIWARP {
+			return fmt.Errorf("verbs: post send: RDMA Write with Immediate on iWARP: %w", driver.ErrNotSupported)
+		}
+		opcode = C.IBV_WR_RDMA_WRITE_WITH_IMM
 	default:
 		return fmt.Errorf("verbs: post send: opcode %d: %w", wr.Op, driver.ErrNotSupported)
 	}
@@ -131,7 +136,7 @@ func (q *QP) PostSend(wr driver.SendWR) error {
 		q.sendPosted.Add(1)
 	}
 	rc := C.shim_post_send(q.conn.qp, C.uint64_t(wrid), opcode, flags, &q.sges[0], C.int(n),
-		C.uint64_t(wr.Remote.Addr), C.uint32_t(wr.Remote.RKey))
+		C.uint64_t(wr.Remote.Addr), C.uint32_t(wr.Remote.RKey), C.uint32_t(wr.Imm))
 	if rc != 0 {
 		if signaled {
 			q.sendPosted.Add(^uint64(0))

@@ -454,6 +454,8 @@ struct shim_wc {
 	uint32_t opcode;
 	uint32_t byte_len;
 	uint32_t qp_num;
+	uint32_t imm;      // host order; valid with SHIM_WC_IMM
+	uint32_t has_imm;  // the receive was consumed by an RDMA Write with Immediate
 };
 
 #define SHIM_POLL_BATCH 32
@@ -472,6 +474,8 @@ static inline int shim_poll(struct ibv_cq *cq, struct shim_wc *out, int n) {
 		out[i].opcode = wc[i].opcode;
 		out[i].byte_len = wc[i].byte_len;
 		out[i].qp_num = wc[i].qp_num;
+		out[i].has_imm = wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM && (wc[i].wc_flags & IBV_WC_WITH_IMM);
+		out[i].imm = out[i].has_imm ? ntohl(wc[i].imm_data) : 0;
 	}
 	return got;
 }
@@ -531,7 +535,7 @@ static inline int shim_qp_to_error(struct ibv_qp *qp) {
 }
 
 static inline int shim_post_send(struct ibv_qp *qp, uint64_t wr_id, int opcode, int flags,
-                                 struct ibv_sge *sge, int nsge, uint64_t raddr, uint32_t rkey) {
+                                 struct ibv_sge *sge, int nsge, uint64_t raddr, uint32_t rkey, uint32_t imm) {
 	struct ibv_send_wr wr, *bad = NULL;
 	memset(&wr, 0, sizeof wr);
 	wr.wr_id = wr_id;
@@ -541,6 +545,8 @@ static inline int shim_post_send(struct ibv_qp *qp, uint64_t wr_id, int opcode, 
 	wr.send_flags = flags;
 	wr.wr.rdma.remote_addr = raddr;
 	wr.wr.rdma.rkey = rkey;
+	if (opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+		wr.imm_data = htonl(imm);
 	errno = 0;
 	return shim_ret(ibv_post_send(qp, &wr, &bad));
 }

@@ -136,6 +136,52 @@ func testWrite(e *env) {
 	c.p.scq.none("target of a Write")
 }
 
+// testWriteImm: where the provider reports IAAttr.WriteImm, an RDMA Write
+// with Immediate places its bytes, then completes one of the peer's
+// receives with the immediate value and the Write's length, leaving the
+// receive's buffer untouched; an empty one carries the value alone. A
+// provider without it refuses the post with ErrNotSupported, and the
+// connection goes on.
+func testWriteImm(e *env) {
+	c := e.pair()
+	src := e.register(c.a.pd, 5000, driver.AccessLocalWrite)
+	if !e.aattr.WriteImm || !e.pattr.WriteImm {
+		_, err := c.a.postSendImm(0xfeed, driver.RemoteSegment{}, src.sge(0, 10))
+		require.ErrorIs(e.t, err, driver.ErrNotSupported, "RDMA Write with Immediate on a provider without IAAttr.WriteImm")
+		e.notify(c.a, c.p) // still connected
+		return
+	}
+	dst := e.register(c.p.pd, 8192, accessAll)
+	rbuf := e.register(c.p.pd, 64, driver.AccessLocalWrite)
+	data := src.fill(0, 5000, 21)
+	for i, imm := range []uint32{0xdeadbeef, 0, 1 << 31} {
+		rid := c.p.postRecv(rbuf.sge(0, 64))
+		wid, err := c.a.postSendImm(imm, dst.remote(100, 5000), src.sge(0, 5000))
+		require.NoError(e.t, err, "post RDMA Write with Immediate %d", i)
+		c.a.scq.awaitOK(wid, 5000)
+		rc := c.p.rcq.awaitOK(rid, 5000)
+		require.True(e.t, rc.WithImm, "receive consumed by a Write with Immediate: %+v", rc)
+		require.Equal(e.t, imm, rc.Imm, "immediate value")
+		e.checkBytes("Write with Immediate target", dst.buf[100:5100], data)
+		e.checkUntouched("before the target", dst.buf[:100])
+		e.checkUntouched("after the target", dst.buf[5100:])
+		e.checkUntouched("the receive a Write with Immediate consumed", rbuf.buf)
+	}
+	// An empty Write: the value alone.
+	rid := c.p.postRecv(rbuf.sge(0, 64))
+	wid, err := c.a.postSendImm(7, dst.remote(0, 0))
+	require.NoError(e.t, err, "post an empty RDMA Write with Immediate")
+	c.a.scq.awaitOK(wid, 0)
+	rc := c.p.rcq.awaitOK(rid, 0)
+	require.True(e.t, rc.WithImm && rc.Imm == 7, "empty Write with Immediate: %+v", rc)
+	// A Send still completes a receive without it.
+	rid = c.p.postRecv(rbuf.sge(0, 64))
+	sid := c.a.send(src.sge(0, 10))
+	c.a.scq.awaitOK(sid, 10)
+	rc = c.p.rcq.awaitOK(rid, 10)
+	require.False(e.t, rc.WithImm, "a Send's receive reported immediate data: %+v", rc)
+}
+
 // notify sends a one-byte Send from one side to the other and waits for
 // it: RC places every earlier Write of the sender before the Send's
 // receive completes.

@@ -136,6 +136,7 @@ func suite() []group {
 			{"SendRecvLengths", testSendLengths},
 			{"RecvTooSmall", testRecvTooSmall},
 			{"RDMAWrite", testWrite},
+			{"RDMAWriteImm", testWriteImm},
 			{"RDMARead", testRead},
 			{"MultiSGE", testMultiSGE},
 			{"ManyPostsEachOnce", testManyPosts},

@@ -563,6 +563,13 @@ func (ep *endpoint) postSend(op driver.Opcode, flags driver.SendFlags, remote dr
 	return id
 }
 
+// postSendImm posts a signalled RDMA Write with Immediate.
+func (ep *endpoint) postSendImm(imm uint32, remote driver.RemoteSegment, segs ...driver.SGE) (uint64, error) {
+	id := ep.e.id()
+	ep.record(id, driver.OpRDMAWriteImm, false)
+	return id, ep.qp.PostSend(driver.SendWR{ID: id, Op: driver.OpRDMAWriteImm, Flags: driver.SendSignaled, Local: segs, Remote: remote, Imm: imm})
+}
+
 // send posts a signalled Send of segs.
 func (ep *endpoint) send(segs ...driver.SGE) uint64 {
 	ep.e.t.Helper()
