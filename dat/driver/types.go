@@ -315,7 +315,8 @@ type Completion struct {
 	// Op is the request's operation. Package dat does not rely on it (it
 	// knows what it posted): a device that does not say on a failed or
 	// flushed completion may report OpRecv for any receive and OpSend for
-	// any send-side request.
+	// any send-side request, and any provider OpRDMAWrite for an
+	// OpRDMAWriteImm (a verbs work completion does not tell them apart).
 	Op     Opcode
 	Status Status
 	// Length is the length of the message a successful receive took.

@@ -293,7 +293,9 @@ func (r *cqReader) check(c driver.Completion) error {
 		}
 	}
 	// Verbs leaves the opcode of a failed completion undefined.
-	if c.Status == driver.StatusSuccess && c.Op != p.op {
+	// A work completion does not tell a Write with Immediate from a Write.
+	imm := p.op == driver.OpRDMAWriteImm && c.Op == driver.OpRDMAWrite
+	if c.Status == driver.StatusSuccess && c.Op != p.op && !imm {
 		return fmt.Errorf("%s: completion %+v has opcode %d, want %d", r.name, c, c.Op, p.op)
 	}
 	return nil
