@@ -38,6 +38,9 @@ type connConfig struct {
 	adaptive        bool
 	recvs           int
 	sendDepth       int
+	// noImm keeps data announcements in control Sends even where RDMA
+	// Write with Immediate could carry them (Dialer.NoWriteImm).
+	noImm bool
 }
 
 func newConnConfig(bufSize int, poll dat.PollPolicy) connConfig {

@@ -44,6 +44,7 @@ type Conn struct {
 	recv, stage  spans
 	dst          peerRing
 	peer         handshake.Hello
+	helloFlags   uint8 // the capabilities our Hello announced
 	laddr, raddr *Addr
 
 	// recvIOV is the triplet of the control receive being posted: only
@@ -212,12 +213,18 @@ func newConn(s *sharedIA, cfg connConfig, log *slog.Logger, d *Dialer) (c *Conn,
 // hello is this side's half of the handshake.
 func (c *Conn) hello() []byte {
 	flags := handshake.FlagRingResize
+	if c.ia.writeImm && !c.cfg.noImm {
+		flags |= handshake.FlagWriteImm
+	}
 	if testLegacy != nil && testLegacy(c) {
 		c.mu.Lock()
 		c.cfg.adaptive = false
 		c.mu.Unlock()
 		flags = 0
 	}
+	c.mu.Lock()
+	c.helloFlags = flags
+	c.mu.Unlock()
 	return handshake.AppendHello(make([]byte, 0, handshake.HelloLen), handshake.Hello{
 		Version: handshake.Version, Flags: flags, Credits: uint16(c.cfg.recvs),
 		RingAddr: c.recv.cur.reg.addr, RingKey: c.recv.cur.reg.rkey, RingSize: uint32(c.recv.size()),

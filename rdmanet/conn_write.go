@@ -186,6 +186,12 @@ func (c *Conn) postWrites(k uint64, direct *directSource, signal bool) (uint64, 
 		c.stageEnd[seq%uint64(c.cfg.sendDepth)] = lpos
 		c.stageEnd[last%uint64(c.cfg.sendDepth)] = lpos
 	}
+	// The last Write may carry the announcement itself (imm.go). No Send
+	// follows it then, so it asks for the completions the Send would have.
+	imm, withImm := c.announceImmLocked()
+	if withImm && c.signalDueLocked() {
+		signal = true
+	}
 	if signal {
 		c.signaled = c.posted
 	}
@@ -211,7 +217,13 @@ func (c *Conn) postWrites(k uint64, direct *directSource, signal bool) (uint64, 
 			flags = dat.CompletionDefault
 		}
 		rmr := dat.RMRTriplet{Addr: dst.addr + r.off, Length: uint32(r.n), Context: dst.key}
-		if err := c.ep.PostRDMAWrite(iov, seq, rmr, flags); err != nil {
+		var err error
+		if withImm && seq == last {
+			err = c.ep.PostRDMAWriteImm(iov, seq, imm, rmr, flags)
+		} else {
+			err = c.ep.PostRDMAWrite(iov, seq, rmr, flags)
+		}
+		if err != nil {
 			c.fail(err)
 			return last, true // the next reserve reports the failure
 		}

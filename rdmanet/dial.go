@@ -104,6 +104,13 @@ type Dialer struct {
 	// were dialed from. NoDup dials afresh and does not offer the new
 	// connection for reuse either.
 	NoDup bool
+	// NoWriteImm keeps every data announcement in a control Send. By
+	// default, where both ends' transports have RDMA Write with Immediate
+	// (InfiniBand, RoCE; not iWARP) and both Hellos say so, the last RDMA
+	// Write of each chunk carries its announcement as immediate data, and
+	// no Send follows it. Set it for an adapter that mishandles the
+	// operation, or to measure what it saves.
+	NoWriteImm bool
 	// Poll says how a Read, Write or Close blocked on the connection
 	// waits for its completions: the zero value spins for as long as the
 	// IA's provider advises, then sleeps; dat.PollBusy never sleeps (the
@@ -284,7 +291,9 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 			return c, nil
 		}
 	}
-	c, err := newConn(s, newConnConfig(d.bufferSize(), d.Poll), d.Logger, d)
+	cfg := newConnConfig(d.bufferSize(), d.Poll)
+	cfg.noImm = d.NoWriteImm
+	c, err := newConn(s, cfg, d.Logger, d)
 	if err != nil {
 		return nil, opError("dial", local, dst, err)
 	}

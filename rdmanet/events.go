@@ -81,19 +81,26 @@ func (c *Conn) onRecv(ev *dat.Event) {
 		}
 		return // flushed: the connection is going; its event follows
 	}
-	if !c.validSlot(slot) || ev.DTO.Length > ctrlSlot {
+	// A receive that an RDMA Write with Immediate consumed holds no
+	// message: its length is the Write's, its announcement the value.
+	if !c.validSlot(slot) || !ev.DTO.WithImm && ev.DTO.Length > ctrlSlot {
 		c.fail(errProtocol("control message of %d bytes", ev.DTO.Length))
 		return
 	}
-	m, err := wire.Parse(c.recvSlot(slot)[:ev.DTO.Length])
-	if err != nil {
-		c.giveBackSlot(slot)
-		c.fail(errProtocol("%v", err))
-		return
-	}
+	var err error
 	c.mu.Lock()
-	// Apply (and copy inline data out) before the slot is posted again.
-	err = c.applyLocked(&m)
+	if ev.DTO.WithImm {
+		err = c.applyImmLocked(ev.DTO.Imm)
+	} else {
+		var m wire.Control
+		if m, err = wire.Parse(c.recvSlot(slot)[:ev.DTO.Length]); err != nil {
+			err = errProtocol("%v", err)
+		} else {
+			// Apply (and copy inline data out) before the slot is
+			// posted again.
+			err = c.applyLocked(&m)
+		}
+	}
 	c.mu.Unlock()
 	if err == nil {
 		if err = c.postRecv(slot); err == nil {

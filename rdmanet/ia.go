@@ -22,6 +22,7 @@ import (
 type sharedIA struct {
 	name     string
 	provider string // the provider's name (dat ProviderAttr)
+	writeImm bool   // the provider has RDMA Write with Immediate (imm.go)
 	ia       *dat.IA
 	pz       *dat.PZ
 	refs     int // guarded by iaTable.mu
@@ -78,6 +79,7 @@ func acquireIA(ctx context.Context, name string) (*sharedIA, error) {
 	s.ctrl.s = s
 	if _, pa, err := ia.Query(); err == nil {
 		s.provider = pa.ProviderName
+		s.writeImm = pa.WriteImmSupported
 	}
 	iaTable.m[name] = s
 	return s, nil

@@ -35,6 +35,9 @@ type ListenConfig struct {
 	// Poll says how calls blocked on an accepted connection wait for
 	// completions, as Dialer.Poll does.
 	Poll dat.PollPolicy
+	// NoWriteImm keeps every data announcement of accepted connections in
+	// a control Send, as Dialer.NoWriteImm does.
+	NoWriteImm bool
 	// FallbackTCP lets the port serve plain TCP clients as well: the
 	// provider tells a connection request of its transport from anything
 	// else by the first bytes (see dat PSPOptions.Fallback; the iwarp
@@ -144,7 +147,9 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 	if backlog <= 0 {
 		backlog = defaultBacklog
 	}
-	l := &Listener{id: nextID.Add(1), born: time.Now(), log: lc.Logger, ia: s, cfg: newConnConfig(lc.BufferSize, lc.Poll), backlog: backlog,
+	cfg := newConnConfig(lc.BufferSize, lc.Poll)
+	cfg.noImm = lc.NoWriteImm
+	l := &Listener{id: nextID.Add(1), born: time.Now(), log: lc.Logger, ia: s, cfg: cfg, backlog: backlog,
 		pending: map[*Conn]struct{}{}, wake: make(chan struct{}, 1), done: make(chan struct{}), served: make(chan struct{}),
 		answering: make(chan struct{}, maxAnswering)}
 	l.ctx, l.cancel = context.WithCancel(context.Background())

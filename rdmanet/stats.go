@@ -26,6 +26,10 @@ type Stats struct {
 	// credit, FIN; see the package documentation) each way.
 	ControlSent     uint64 `json:"control_sent"`
 	ControlReceived uint64 `json:"control_received"`
+	// ImmWrites counts data announcements that rode the last RDMA Write
+	// of their data as immediate data instead of a control Send (see
+	// Dialer.NoWriteImm); ControlSent counts them too.
+	ImmWrites uint64 `json:"imm_writes"`
 
 	// Waits of Writes that found no room. Each is counted once per
 	// blocked reservation, under the cause seen when it began to wait,
@@ -99,6 +103,7 @@ type counters struct {
 	bytesRead          uint64
 	rdmaWrites, inline uint64
 	ctrlSent, ctrlRecv uint64
+	immWrites          uint64
 	waits              [numWaits]uint64
 	waited             [numWaits]time.Duration
 	errors             uint64
@@ -200,7 +205,7 @@ func (c *Conn) Stats() Stats {
 	st := Stats{
 		BytesWritten: c.sProd, BytesRead: c.st.bytesRead,
 		RDMAWrites: c.st.rdmaWrites, InlineWrites: c.st.inline,
-		ControlSent: c.st.ctrlSent, ControlReceived: c.st.ctrlRecv,
+		ControlSent: c.st.ctrlSent, ControlReceived: c.st.ctrlRecv, ImmWrites: c.st.immWrites,
 		CreditStalls: c.st.waits[waitCredit], CreditStallTime: c.st.waited[waitCredit],
 		RingFullWaits: c.st.waits[waitRing], RingFullTime: c.st.waited[waitRing],
 		SendQueueWaits: c.st.waits[waitSendQueue], SendQueueTime: c.st.waited[waitSendQueue],

@@ -11,7 +11,8 @@
 //	offset size field
 //	0      4    magic "RDNT" (0x52444E54)
 //	4      1    version (1)
-//	5      1    flags: FlagRingResize; receivers ignore flags they do not know
+//	5      1    flags: FlagRingResize, FlagWriteImm; receivers ignore flags they
+//	            do not know
 //	6      2    initial credits: control receives the sender has posted
 //	8      8    receive ring address (the RDMA tagged offset of byte 0)
 //	16     4    receive ring STag / rkey
@@ -66,6 +67,10 @@ const (
 	// in control messages (wire.FlagOffer, wire.FlagSwitch), so its
 	// peer may offer it a new ring to write into.
 	FlagRingResize uint8 = 1 << 0
+	// FlagWriteImm: the sender's transport has RDMA Write with Immediate
+	// and it understands data announcements carried as immediate values
+	// (wire.Imm). Peers use them only when both Hellos set it.
+	FlagWriteImm uint8 = 1 << 1
 )
 
 // Hello is one side's half of the handshake: where the peer may RDMA-write
