@@ -17,6 +17,13 @@
 //	RSP  (*IA).CreateRSP              one-shot listener bound to an EP
 //	CR   Event.CR.CR                  a pending request: Accept, Reject
 //
+// Beyond the DAT 1.2 calls, an EP has two extensions for fewer work
+// requests per message: EP.PostRDMAWriteImm, DAT 2.0's InfiniBand
+// extension dat_ib_post_rdma_write_immed (where ProviderAttr says the
+// transport has it), and EP.PostSendList, several send-side requests
+// checked as one and handed to the provider in one call (verbs: one
+// ibv_post_send).
+//
 // A DAT handle is a pointer here. Using a nil, freed or closed object gives
 // DAT_INVALID_HANDLE with the subtype naming the object, as the C API does
 // for a stale handle. Every failure is an *Error carrying the DAT_RETURN

@@ -100,18 +100,84 @@ func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTrip
 	if ep == nil {
 		return newError(op, InvalidHandle, HandleEP, "EP is nil")
 	}
-	qmu := &ep.sendMu
-	if kind == kindRecv {
-		qmu = &ep.recvMu
+	recv := kind == kindRecv
+	qmu, q, scratch := &ep.sendMu, &ep.sendQ, &ep.sendSGE
+	if recv {
+		qmu, q, scratch = &ep.recvMu, &ep.recvQ, &ep.recvSGE
 	}
 	qmu.Lock()
 	defer qmu.Unlock()
-	// Posting reads the EP's published view and never takes the IA-wide
-	// lock (see epView).
+	v, err := ep.postView(op)
+	if err != nil {
+		return err
+	}
+	// The segments go through a scratch array owned by this queue (guarded
+	// by qmu): a stack array would escape through the provider interface
+	// and allocate on every post.
+	var p dtoPost
+	if err := ep.prepare(&p, v, kind, iov, cookie, remote, imm, flags, scratch[:0]); err != nil {
+		return err
+	}
+	if recv {
+		ep.recvPosted.Store(true)
+	}
+	q.mu.Lock()
+	if q.full() {
+		n := q.outstanding()
+		q.mu.Unlock()
+		return newError(op, InsufficientResources, NoSubtype, "the EP's work queue is full (%d outstanding)", n)
+	}
+	if v.state == EPDisconnected || v.qp == nil || q.dead {
+		// A disconnected EP flushes at once, behind whatever the queue
+		// still holds.
+		p.ent.done, p.ent.status = true, driver.StatusFlushed
+		q.push(p.ent)
+		q.mu.Unlock()
+		q.deliverNow()
+		return nil
+	}
+	id := p.push(q)
+	if recv {
+		err = v.qp.PostRecv(driver.RecvWR{ID: id, Local: p.sges})
+	} else {
+		err = v.qp.PostSend(p.sendWR(id))
+	}
+	if err != nil {
+		// The provider refused the post, so no completion will come. The
+		// queue lock was held throughout, so it is still the newest entry.
+		q.dropNewest()
+		q.mu.Unlock()
+		return providerError(op, err)
+	}
+	q.mu.Unlock()
+	return nil
+}
+
+// postView is the EP's published view for a post, or the error for a
+// freed EP. Posting reads the view and never takes the IA-wide lock (see
+// epView).
+func (ep *EP) postView(op string) (*epView, error) {
 	v := ep.view.Load()
 	if v == nil || v.freed {
-		return newError(op, InvalidHandle, HandleEP, "EP is freed")
+		return nil, newError(op, InvalidHandle, HandleEP, "EP is freed")
 	}
+	return v, nil
+}
+
+// dtoPost is one checked request on its way to the provider.
+type dtoPost struct {
+	ent    wrEntry
+	sges   []driver.SGE
+	flags  driver.SendFlags // all but SendSignaled, which push decides
+	remote driver.RemoteSegment
+	imm    uint32
+}
+
+// prepare checks one request against the EP's view (state, flags, depths,
+// segments against their LMRs, lengths) and fills p, its segments
+// appended to sges. Callers hold the queue's post lock.
+func (ep *EP) prepare(p *dtoPost, v *epView, kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTriplet, imm uint32, flags CompletionFlags, sges []driver.SGE) error {
+	op := kind.op()
 	ia := ep.ia
 	if kind == kindWriteImm && !ia.attr.WriteImm {
 		return newError(op, ModelNotSupported, NoSubtype, "the provider's transport has no RDMA Write with Immediate")
@@ -165,16 +231,9 @@ func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTrip
 	if len(iov) > maxIOV {
 		return newError(op, InvalidParameter, Arg(2), "%d segments exceed the EP's limit of %d", len(iov), maxIOV)
 	}
-	// The segments go through a scratch array owned by this queue (guarded
-	// by qmu): a stack array would escape through the provider interface
-	// and allocate on every post.
-	scratch := &ep.sendSGE
-	if recv {
-		scratch = &ep.recvSGE
-	}
-	sges := scratch[:0]
 	var total uint64
 	needWrite := kind == kindRecv || kind == kindRead
+	first := len(sges)
 	ia.lmrMu.RLock()
 	for _, t := range iov {
 		if t.Length == 0 {
@@ -215,70 +274,45 @@ func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTrip
 	case flags&CompletionUnsignalled != 0:
 		mode = deliverQuiet
 	}
-	q := &ep.sendQ
-	ent := wrEntry{cookie: cookie, op: driver.OpRecv, mode: mode, signaled: true}
-	if recv {
-		ep.recvPosted.Store(true)
-		q = &ep.recvQ
-	} else {
-		ent.op = [...]driver.Opcode{kindSend: driver.OpSend, kindWrite: driver.OpRDMAWrite, kindRead: driver.OpRDMARead, kindWriteImm: driver.OpRDMAWriteImm}[kind]
-		ent.length = uint32(total)
+	*p = dtoPost{sges: sges[first:], imm: imm,
+		remote: driver.RemoteSegment{Addr: remote.Addr, Length: remote.Length, RKey: remote.Context}}
+	p.ent = wrEntry{cookie: cookie, op: driver.OpRecv, mode: mode, signaled: true}
+	if !recv {
+		p.ent.op = [...]driver.Opcode{kindSend: driver.OpSend, kindWrite: driver.OpRDMAWrite, kindRead: driver.OpRDMARead, kindWriteImm: driver.OpRDMAWriteImm}[kind]
+		p.ent.length = uint32(total)
 		if kind == kindRead {
-			ent.length = remote.Length
+			p.ent.length = remote.Length
 		}
 		// Only a SUPPRESSed Send or Write may complete silently: its
 		// success then shows in a later completion. A Read always reports,
 		// since it may finish after requests posted behind it.
-		ent.signaled = mode != deliverSuppress || kind == kindRead
-	}
-	flushNow := v.state == EPDisconnected || v.qp == nil
-	qp := v.qp
-
-	q.mu.Lock()
-	if q.full() {
-		n := q.outstanding()
-		q.mu.Unlock()
-		return newError(op, InsufficientResources, NoSubtype, "the EP's work queue is full (%d outstanding)", n)
-	}
-	if flushNow || q.dead {
-		// A disconnected EP flushes at once, behind whatever the queue
-		// still holds.
-		ent.done, ent.status = true, driver.StatusFlushed
-		q.push(ent)
-		q.mu.Unlock()
-		q.deliverNow()
-		return nil
-	}
-	if !ent.signaled && q.signalDue() {
-		ent.signaled = true
-	}
-	seq := q.push(ent)
-	var err error
-	if recv {
-		err = qp.PostRecv(driver.RecvWR{ID: seq, Local: sges})
-	} else {
-		var df driver.SendFlags
-		if ent.signaled {
-			df |= driver.SendSignaled
-		}
+		p.ent.signaled = mode != deliverSuppress || kind == kindRead
 		if flags&CompletionSolicitedWait != 0 {
-			df |= driver.SendSolicited
+			p.flags |= driver.SendSolicited
 		}
 		if flags&CompletionBarrierFence != 0 {
-			df |= driver.SendFence
+			p.flags |= driver.SendFence
 		}
-		err = qp.PostSend(driver.SendWR{ID: seq, Op: ent.op, Flags: df, Local: sges,
-			Remote: driver.RemoteSegment{Addr: remote.Addr, Length: remote.Length, RKey: remote.Context}, Imm: imm})
 	}
-	if err != nil {
-		// The provider refused the post, so no completion will come. The
-		// queue lock was held throughout, so it is still the newest entry.
-		q.dropNewest()
-		q.mu.Unlock()
-		return providerError(op, err)
-	}
-	q.mu.Unlock()
 	return nil
+}
+
+// push enters p into q and returns its WRID. Callers hold q.mu and
+// checked that q has room.
+func (p *dtoPost) push(q *wrQueue) uint64 {
+	if !p.ent.signaled && q.signalDue() {
+		p.ent.signaled = true
+	}
+	return q.push(p.ent)
+}
+
+// sendWR is p as the provider's work request, numbered id.
+func (p *dtoPost) sendWR(id uint64) driver.SendWR {
+	f := p.flags
+	if p.ent.signaled {
+		f |= driver.SendSignaled
+	}
+	return driver.SendWR{ID: id, Op: p.ent.op, Flags: f, Local: p.sges, Remote: p.remote, Imm: p.imm}
 }
 
 func nonZero(v, fallback int) int {

@@ -77,6 +77,9 @@ type EP struct {
 	// recvSGE and sendSGE are the queues' segment scratch, guarded by
 	// recvMu and sendMu.
 	recvSGE, sendSGE [maxInlineSGE]driver.SGE
+	// list is PostSendList's scratch, guarded by sendMu; it grows to the
+	// longest list posted and is kept.
+	list sendListScratch
 }
 
 // attempt is one asynchronous connection operation of an EP.

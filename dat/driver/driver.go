@@ -243,6 +243,16 @@ type SRQ interface {
 	Close() error
 }
 
+// SendListPoster is implemented by a QP that can hand several send-side
+// requests to the device in one call (ibv_post_send with a chained list:
+// one doorbell, one system call on soft devices). PostSendList posts
+// wrs in order and returns n, how many it posted: wrs[:n] will complete
+// as if posted by PostSend, and on an error none of wrs[n:] was posted.
+// Without it, package dat posts a list one PostSend at a time.
+type SendListPoster interface {
+	PostSendList(wrs []SendWR) (n int, err error)
+}
+
 // WindowAllocator is implemented by a PD whose adapter has memory windows
 // (DAT RMRs).
 //

@@ -200,18 +200,18 @@ const siwMaxHdrInline = 64
 // from the wrong offset: the peer gets damaged data, and the request
 // completes successfully (TestSmallSendsAcrossPages). A request with
 // two SGEs never takes that path, so such an SGE is split at the page
-// boundary into two with the same key. Callers hold mu and have filled
-// q.sges with the request's one SGE; it returns the SGE count to post.
-func (q *QP) splitSmallSGE() int {
-	s := q.sges[0]
+// boundary into two with the same key. sges ends with the request's one
+// SGE; it returns sges with that SGE split if it needs to be.
+func splitSmallSGE(sges []C.struct_ibv_sge) []C.struct_ibv_sge {
+	i := len(sges) - 1
+	s := sges[i]
 	ps := uint64(pageSize)
 	head := ps - uint64(s.addr)%ps // bytes on the first page
 	if uint64(s.length) > siwMaxHdrInline || uint64(s.length) <= head {
-		return 1
+		return sges
 	}
-	q.sges[0].length = C.uint32_t(head)
-	q.sges[1] = C.struct_ibv_sge{addr: s.addr + C.uint64_t(head), length: s.length - C.uint32_t(head), lkey: s.lkey}
-	return 2
+	sges[i].length = C.uint32_t(head)
+	return append(sges, C.struct_ibv_sge{addr: s.addr + C.uint64_t(head), length: s.length - C.uint32_t(head), lkey: s.lkey})
 }
 
 var pageSize = os.Getpagesize()

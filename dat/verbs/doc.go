@@ -237,6 +237,23 @@
 // connection, with and without these changes (2 of 133 runs before
 // them, 4 of about 220 after); it is not the provider's to fix here.
 //
+// # Write with Immediate and post lists
+//
+// On InfiniBand and RoCE devices (not iWARP: IAAttr.WriteImm) the provider
+// posts driver.OpRDMAWriteImm as IBV_WR_RDMA_WRITE_WITH_IMM, the value in
+// network order on the wire, and reports a receive completed by one
+// (IBV_WC_RECV_RDMA_WITH_IMM) with its value (Completion.WithImm); its
+// send-side completion is reported as an RDMA Write, which is all the work
+// completion says. siw refuses the opcode, so the provider refuses it
+// first, with driver.ErrNotSupported.
+//
+// QP.PostSendList (driver.SendListPoster) chains up to eight requests
+// into one ibv_post_send: one doorbell, which on rxe and siw is one
+// system call, for a chunk's RDMA Writes and the control Send behind
+// them. Each request is checked as PostSend checks it before any reaches
+// the device; the device may still refuse one part way, and then reports
+// how many it took (bad_wr), which PostSendList returns.
+//
 // # Queue sizes
 //
 // The provider asks the device for exactly what package dat configures:

@@ -109,6 +109,12 @@ type QP struct {
 	conn    *conn
 	pending []pendingRecv
 	sges    [maxSGE]C.struct_ibv_sge // post scratch
+	// one, shimWRs and listSGEs are the send posts' scratch: the request
+	// PostSend hands on, the requests of one ibv_post_send, and the SGEs
+	// of a list (grown to the most a list needed).
+	one      [1]driver.SendWR
+	shimWRs  [sendListMax]C.struct_shim_wr
+	listSGEs []C.struct_ibv_sge
 	// silentTail: the newest send-side request was posted unsignalled,
 	// so nothing will report when the send queue has drained; a
 	// graceful disconnect posts a signalled marker behind it

@@ -551,6 +551,48 @@ static inline int shim_post_send(struct ibv_qp *qp, uint64_t wr_id, int opcode, 
 	return shim_ret(ibv_post_send(qp, &wr, &bad));
 }
 
+// One send-side request of shim_post_send_list, its SGEs at sge_off in
+// the list's SGE array.
+struct shim_wr {
+	uint64_t wr_id;
+	uint64_t raddr;
+	uint32_t rkey;
+	uint32_t imm; // host order; for IBV_WR_RDMA_WRITE_WITH_IMM
+	int32_t opcode;
+	int32_t flags;
+	int32_t sge_off;
+	int32_t nsge;
+};
+
+#define SHIM_LIST_MAX 8
+
+// shim_post_send_list posts n (1..SHIM_LIST_MAX) requests chained in one
+// ibv_post_send. *took gets how many the device accepted: all of them, or
+// those before the one it refused.
+static inline int shim_post_send_list(struct ibv_qp *qp, struct shim_wr *w, int n, struct ibv_sge *sges, int *took) {
+	struct ibv_send_wr wr[SHIM_LIST_MAX], *bad = NULL;
+	*took = 0;
+	if (n < 1 || n > SHIM_LIST_MAX)
+		return -EINVAL;
+	memset(wr, 0, sizeof wr[0] * n);
+	for (int i = 0; i < n; i++) {
+		wr[i].wr_id = w[i].wr_id;
+		wr[i].sg_list = w[i].nsge ? sges + w[i].sge_off : NULL;
+		wr[i].num_sge = w[i].nsge;
+		wr[i].opcode = w[i].opcode;
+		wr[i].send_flags = w[i].flags;
+		wr[i].wr.rdma.remote_addr = w[i].raddr;
+		wr[i].wr.rdma.rkey = w[i].rkey;
+		if (w[i].opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+			wr[i].imm_data = htonl(w[i].imm);
+		wr[i].next = i + 1 < n ? &wr[i + 1] : NULL;
+	}
+	errno = 0;
+	int rc = shim_ret(ibv_post_send(qp, wr, &bad));
+	*took = rc == 0 ? n : (bad ? (int)(bad - wr) : 0);
+	return rc;
+}
+
 static inline int shim_post_recv(struct ibv_qp *qp, uint64_t wr_id, struct ibv_sge *sge, int nsge) {
 	struct ibv_recv_wr wr, *bad = NULL;
 	memset(&wr, 0, sizeof wr);

@@ -182,6 +182,57 @@ func testWriteImm(e *env) {
 	require.False(e.t, rc.WithImm, "a Send's receive reported immediate data: %+v", rc)
 }
 
+// testPostSendList: a provider that takes lists (driver.SendListPoster)
+// runs them in order, each request as if posted alone; a list with a
+// request it refuses posts at most those before it, which complete, and
+// the connection goes on.
+func testPostSendList(e *env) {
+	c := e.pair()
+	lp, ok := c.a.qp.(driver.SendListPoster)
+	if !ok {
+		e.t.Skip("the provider posts one request at a time (no driver.SendListPoster)")
+	}
+	dst := e.register(c.p.pd, 16384, accessAll)
+	rbuf := e.register(c.p.pd, 256, driver.AccessLocalWrite)
+	src := e.register(c.a.pd, 16384, driver.AccessLocalWrite)
+	data := src.fill(0, 16384, 33)
+	rid := c.p.postRecv(rbuf.sge(0, 256))
+	ids := [3]uint64{e.id(), e.id(), e.id()}
+	c.a.record(ids[0], driver.OpRDMAWrite, true)
+	c.a.record(ids[1], driver.OpRDMAWrite, false)
+	c.a.record(ids[2], driver.OpSend, false)
+	n, err := lp.PostSendList([]driver.SendWR{
+		{ID: ids[0], Op: driver.OpRDMAWrite, Local: []driver.SGE{src.sge(0, 8000)}, Remote: dst.remote(0, 8000)},
+		{ID: ids[1], Op: driver.OpRDMAWrite, Flags: driver.SendSignaled, Local: []driver.SGE{src.sge(8000, 100), src.sge(9000, 900)}, Remote: dst.remote(8000, 1000)},
+		{ID: ids[2], Op: driver.OpSend, Flags: driver.SendSignaled, Local: []driver.SGE{src.sge(12000, 200)}},
+	})
+	require.NoError(e.t, err)
+	require.Equal(e.t, 3, n)
+	c.a.scq.awaitOK(ids[1], 1000)
+	c.a.scq.awaitOK(ids[2], 200)
+	c.p.rcq.awaitOK(rid, 200)
+	e.checkBytes("first Write of a list", dst.buf[:8000], data[:8000])
+	e.checkBytes("second Write of a list", dst.buf[8000:9000], append(append([]byte{}, data[8000:8100]...), data[9000:9900]...))
+	e.checkBytes("Send of a list", rbuf.buf[:200], data[12000:12200])
+
+	// A request the provider refuses, second in its list.
+	rid = c.p.postRecv(rbuf.sge(0, 256))
+	bad := [2]uint64{e.id(), e.id()}
+	c.a.record(bad[0], driver.OpSend, false)
+	n, err = lp.PostSendList([]driver.SendWR{
+		{ID: bad[0], Op: driver.OpSend, Flags: driver.SendSignaled, Local: []driver.SGE{src.sge(0, 10)}},
+		{ID: bad[1], Op: driver.Opcode(99), Flags: driver.SendSignaled},
+	})
+	require.ErrorIs(e.t, err, driver.ErrNotSupported, "opcode 99")
+	require.LessOrEqual(e.t, n, 1)
+	if n == 0 {
+		bad[0] = c.a.send(src.sge(0, 10)) // the Send the list did not post
+	}
+	c.a.scq.awaitOK(bad[0], 10)
+	c.p.rcq.awaitOK(rid, 10)
+	e.notify(c.a, c.p) // still connected
+}
+
 // notify sends a one-byte Send from one side to the other and waits for
 // it: RC places every earlier Write of the sender before the Send's
 // receive completes.

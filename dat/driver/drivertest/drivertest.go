@@ -137,6 +137,7 @@ func suite() []group {
 			{"RecvTooSmall", testRecvTooSmall},
 			{"RDMAWrite", testWrite},
 			{"RDMAWriteImm", testWriteImm},
+			{"PostSendList", testPostSendList},
 			{"RDMARead", testRead},
 			{"MultiSGE", testMultiSGE},
 			{"ManyPostsEachOnce", testManyPosts},
