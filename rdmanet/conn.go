@@ -51,7 +51,10 @@ type Conn struct {
 	// newConn and the poller (pollMu) post receives.
 	recvIOV [1]dat.LMRTriplet
 	ctrlIOV [1]dat.LMRTriplet
-	wrIOV   [2]dat.LMRTriplet // guarded by postMu
+	// wrIOV holds the segments of a chunk's two RDMA Writes, and sends
+	// the requests of one PostSendList (sendlist.go); guarded by postMu.
+	wrIOV [4]dat.LMRTriplet
+	sends sendList
 
 	// dialer is set on dialed connections: the dial's own copy of its
 	// Dialer, which Dup dials with; dialKey is the remote address this

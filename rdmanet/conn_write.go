@@ -196,41 +196,40 @@ func (c *Conn) postWrites(k uint64, direct *directSource, signal bool) (uint64, 
 		c.signaled = c.posted
 	}
 	c.mu.Unlock()
-	for _, r := range [2]struct{ off, n uint64 }{{r1.Off, r1.Len}, {r2.Off, r2.Len}} {
+	// The Writes, and the control Send that may follow them, go to the
+	// provider as one list (sendlist.go).
+	c.sends.open = true
+	for i, r := range [2]struct{ off, n uint64 }{{r1.Off, r1.Len}, {r2.Off, r2.Len}} {
 		if r.n == 0 {
 			break
 		}
-		iov := c.wrIOV[:1]
+		iov := c.wrIOV[2*i : 2*i+1]
 		if direct != nil {
-			c.wrIOV[0] = direct.take(r.n)
+			iov[0] = direct.take(r.n)
 		} else {
 			st := &c.stage.cur
 			a, b := st.r.Segments(lpos, r.n)
-			c.wrIOV[0] = st.reg.triplet(a.Off, a.Len)
+			iov[0] = st.reg.triplet(a.Off, a.Len)
 			if b.Len > 0 {
-				c.wrIOV[1] = st.reg.triplet(b.Off, b.Len)
-				iov = c.wrIOV[:2]
+				iov = c.wrIOV[2*i : 2*i+2]
+				iov[1] = st.reg.triplet(b.Off, b.Len)
 			}
 		}
-		flags := dat.CompletionSuppress
+		req := dat.SendRequest{Op: dat.DTORDMAWrite, IOV: iov, Cookie: seq, Flags: dat.CompletionSuppress,
+			Remote: dat.RMRTriplet{Addr: dst.addr + r.off, Length: uint32(r.n), Context: dst.key}}
 		if signal && seq == last {
-			flags = dat.CompletionDefault
+			req.Flags = dat.CompletionDefault
 		}
-		rmr := dat.RMRTriplet{Addr: dst.addr + r.off, Length: uint32(r.n), Context: dst.key}
-		var err error
 		if withImm && seq == last {
-			err = c.ep.PostRDMAWriteImm(iov, seq, imm, rmr, flags)
-		} else {
-			err = c.ep.PostRDMAWrite(iov, seq, rmr, flags)
+			req.Op, req.Imm = dat.DTORDMAWriteImm, imm
 		}
-		if err != nil {
-			c.fail(err)
-			return last, true // the next reserve reports the failure
-		}
+		c.sends.add(req)
 		seq++
 		lpos += r.n
 	}
 	c.flushControlPosting()
+	c.sends.open = false
+	c.submitSends() // a failure is the next reserve's to report
 	return last, true
 }
 

@@ -212,8 +212,9 @@ func (c *Conn) postControlLocked(payload []byte) {
 		c.signaled = c.posted
 	}
 	c.mu.Unlock()
-	if err := c.ep.PostSend(c.ctrlIOV[:], seq, flags); err != nil {
-		c.fail(err)
+	c.sends.add(dat.SendRequest{Op: dat.DTOSend, IOV: c.ctrlIOV[:], Cookie: seq, Flags: flags})
+	if !c.sends.open {
+		c.submitSends()
 	}
 }
 

@@ -39,7 +39,17 @@
 // shrink back (resize.go: the reader offers a new ring in a control
 // message, the writer switches to it at a stream position it announces).
 // Writes of at most 232 bytes that can go at once travel inside the
-// control message instead. Read copies out of the ring and returns credit
+// control message instead. Where both ends' transports have RDMA Write
+// with Immediate (InfiniBand, RoCE, rxe; not iWARP) and both Hellos say
+// so, a chunk's last RDMA Write carries its announcement as 32 bits of
+// immediate data (how far prod moved, and a credit grant), and no Send
+// follows it: one work request and one completion per chunk instead of
+// two. It still consumes a control receive and a credit, and the
+// receiver checks it by the rules of a control message; anything it
+// cannot say (consumption, FIN, ring offers) goes by Send (imm.go;
+// Dialer.NoWriteImm turns it off). A chunk's Writes and the Send that may
+// follow them reach the provider in one call (dat.EP.PostSendList; on
+// verbs one ibv_post_send). Read copies out of the ring and returns credit
 // (its consumer position) in batches of a quarter ring, or sooner when the
 // writer is blocked on a full ring. Positions are cumulative byte counts
 // (internal/ring). The control channel has its own credits (see credits.go
