@@ -61,33 +61,62 @@ func BenchmarkThroughput(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%dK", kindName(kind), size>>10), func(b *testing.B) {
 				c1, c2, stop := benchPipe(b, kind)
 				defer stop()
-				buf := make([]byte, size)
-				done := make(chan error, 1)
-				total := int64(size) * int64(b.N)
-				go func() {
-					rb := make([]byte, 256<<10)
-					var n int64
-					for n < total {
-						k, err := c2.Read(rb)
-						n += int64(k)
-						if err != nil {
-							done <- err
-							return
-						}
-					}
-					done <- nil
-				}()
-				b.SetBytes(int64(size))
-				b.ReportAllocs()
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					if _, err := c1.Write(buf); err != nil {
-						b.Fatal(err)
-					}
+				benchStream(b, c1, c2, size)
+			})
+		}
+	}
+}
+
+// benchStream writes b.N buffers of size bytes on c1 while c2 reads them
+// with a 256 KiB buffer.
+func benchStream(b *testing.B, c1, c2 net.Conn, size int) {
+	buf := make([]byte, size)
+	done := make(chan error, 1)
+	total := int64(size) * int64(b.N)
+	go func() {
+		rb := make([]byte, 256<<10)
+		var n int64
+		for n < total {
+			k, err := c2.Read(rb)
+			n += int64(k)
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := c1.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkWriteDirect compares large Writes through the staging buffer
+// with zero-copy Writes registered for the call (conn_direct.go), on the
+// test IA: whether registering per Write pays on a provider decides
+// directMin. In the VM suite's IA (RDMANET_TEST_IA=verbs:...) it measures
+// rxe or siw.
+func BenchmarkWriteDirect(b *testing.B) {
+	ia := providers(b)[0]
+	defer func() { testDirectMin = 0 }()
+	for _, size := range []int{1 << 20, 4 << 20} {
+		for _, mode := range []string{"staged", "direct"} {
+			b.Run(fmt.Sprintf("%s/%dK", mode, size>>10), func(b *testing.B) {
+				testDirectMin = -1
+				if mode == "direct" {
+					testDirectMin = 256 << 10
 				}
-				if err := <-done; err != nil {
-					b.Fatal(err)
-				}
+				c1, c2, stop := pipe(b, ia, 0)
+				defer stop()
+				benchStream(b, c1, c2, size)
 			})
 		}
 	}

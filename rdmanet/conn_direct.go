@@ -28,11 +28,22 @@ const directMinIWARP = 256 << 10
 
 // directMin is the smallest Write c sends zero-copy; 0 for never.
 func (c *Conn) directMin() int {
+	switch {
+	case testDirectMin < 0:
+		return 0
+	case testDirectMin > 0:
+		return testDirectMin
+	}
 	if c.ia.provider == "iwarp" {
 		return directMinIWARP
 	}
 	return 0
 }
+
+// testDirectMin, when not 0, replaces directMin's answer for every Conn
+// (-1: never), so a benchmark can compare staging with zero-copy on any
+// provider (BenchmarkWriteDirect).
+var testDirectMin int
 
 // directSource walks a registered caller buffer for postWrites.
 type directSource struct {
