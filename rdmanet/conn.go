@@ -2,6 +2,7 @@ package rdmanet
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"sync"
@@ -506,10 +507,23 @@ func (c *Conn) awaitDisconnected() {
 //
 // With an arena, the control receives the EVD still reports go back to
 // it, and then the reservation: see ctrlpool.go for why that order keeps
-// the shared queue's supply. An EP that cannot be freed keeps its
-// reservation.
+// the shared queue's supply.
+//
+// An EP that is gone already (dat reports its handle invalid: something
+// freed it, and its QP with it) gives its reservation back as a freed
+// one does. One that dat refuses to free, alive, keeps it: its QP may
+// still take up to K of the SRQ's receives, which are what its K+1
+// covers, and handing them to other connections would let a peer that
+// keeps to its credits find the SRQ empty. That reservation lasts as
+// long as the IA, whose close destroys the QP and the SRQ. dat refuses
+// only EPs reserved or pending on a provider's PSP or an RSP, and our
+// EPs are our own (CreateEP), so it is a safeguard, not a path.
 func (c *Conn) destroy() {
-	freed := c.ep == nil || c.ep.Free() == nil
+	freed := true
+	if c.ep != nil {
+		err := c.ep.Free()
+		freed = err == nil || errors.Is(err, dat.ErrInvalidHandle)
+	}
 	if c.evd != nil {
 		if c.arena != nil {
 			c.returnSlots()

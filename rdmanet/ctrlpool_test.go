@@ -491,3 +491,35 @@ func TestReserveRacing(t *testing.T) {
 		})
 	}
 }
+
+// TestGoneEPGivesBackReservation: a connection whose EP is already
+// freed when it closes (its QP closed with it: nothing can land in the
+// SRQ's receives for it any more) gives its reservation back, as one
+// whose EP its close frees does, and every slot is posted again.
+func TestGoneEPGivesBackReservation(t *testing.T) {
+	c1, _, stop := pipe(t, "iwarp", 0)
+	defer stop()
+	require.NotNil(t, c1.arena)
+	// Keep c1's IA, and with it the SRQ, open after c1 is gone.
+	c1.ia.hold()
+	defer c1.ia.release()
+	a, k := c1.arena, c1.cfg.recvs
+	p := a.pool
+	p.mu.Lock()
+	before := a.sup.reserved
+	p.mu.Unlock()
+
+	c1.pollMu.Lock() // no Read or Write is inside the EP while it goes
+	require.NoError(t, c1.ep.Free())
+	c1.pollMu.Unlock()
+	c1.Close()
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	require.Equal(t, before-slotsFor(k), a.sup.reserved, "the closed connection still holds its reservation")
+	if a.conns == 0 {
+		q, err := a.srq.Query()
+		require.NoError(t, err)
+		require.Equal(t, a.sup.made, q.Posted, "every slot is back on the SRQ")
+	}
+}
