@@ -256,7 +256,8 @@ func (a *ctrlArena) grow(first int) error {
 }
 
 // release gives back the reservation of a connection with k control
-// receives. Its EP is freed, and the slots it held are posted again.
+// receives. Its EP is freed, and the slots it held are posted again; or
+// it never had one: its reserve failed.
 func (a *ctrlArena) release(k int) {
 	p := a.pool
 	p.mu.Lock()
