@@ -73,6 +73,12 @@ type ctrlPool struct {
 	off, probed bool
 	limit       int // slots per SRQ
 	arenas      []*ctrlArena
+	// own makes new connections post their own receives, as on a
+	// provider without SRQEPLimit, so that tests run both schemes on
+	// iwarp. It is the pool's, and guarded by mu, so that a test sets it
+	// on the IAs it holds while other tests' connections still come and
+	// go.
+	own bool
 	// newChunk makes the memory of one chunk; nil is newRegion. Tests
 	// replace it on a pool of their own to stop or fail a registration.
 	newChunk func() (*region, error)
@@ -179,7 +185,7 @@ func (p *ctrlPool) pickLocked(n int) (a *ctrlArena, covered bool, err error) {
 		p.limit = min(ctrlArenaSlots, attr.MaxSRQDTOs) / ctrlChunk * ctrlChunk
 		p.off = err != nil || !pa.SRQSupported || !pa.SRQEPLimit || p.limit < ctrlChunk
 	}
-	if p.off || testOwnReceives || n > p.limit {
+	if p.off || p.own || n > p.limit {
 		return nil, false, nil
 	}
 	for _, x := range p.arenas {
@@ -316,7 +322,3 @@ func (a *ctrlArena) post(i int) error {
 	a.iov[0] = r.triplet(uint64((i%ctrlChunk)*ctrlSlot), ctrlSlot)
 	return a.srq.PostRecv(a.iov[:], uint64(i))
 }
-
-// testOwnReceives makes new connections post their own receives, as on a
-// provider without SRQEPLimit, so that tests run both schemes on iwarp.
-var testOwnReceives bool

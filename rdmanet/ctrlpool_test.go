@@ -242,8 +242,21 @@ func TestControlReceivesShared(t *testing.T) {
 // TestOwnReceives: where receives are a connection's own (the verbs
 // provider; forced here on iwarp), streams still flow both ways.
 func TestOwnReceives(t *testing.T) {
-	testOwnReceives = true
-	defer func() { testOwnReceives = false }()
+	// The IAs pipe's dialer and listener use, held for the test.
+	for _, local := range []netip.Addr{{}, testIP("iwarp")} {
+		s, err := acquireIA(context.Background(), iaName("iwarp", local))
+		require.NoError(t, err)
+		setOwn := func(own bool) {
+			s.ctrl.mu.Lock()
+			s.ctrl.own = own
+			s.ctrl.mu.Unlock()
+		}
+		setOwn(true)
+		defer func() {
+			setOwn(false)
+			s.release()
+		}()
+	}
 	c1, c2, stop := pipe(t, "iwarp", 0)
 	defer stop()
 	require.Nil(t, c1.arena)
