@@ -213,7 +213,7 @@ func newConn(s *sharedIA, cfg connConfig, log *slog.Logger, d *Dialer) (c *Conn,
 // hello is this side's half of the handshake.
 func (c *Conn) hello() []byte {
 	flags := handshake.FlagRingResize
-	if testLegacy != nil && testLegacy(c) {
+	if h := testLegacy.Load(); h != nil && (*h)(c) {
 		c.mu.Lock()
 		c.cfg.adaptive = false
 		c.mu.Unlock()
@@ -225,13 +225,14 @@ func (c *Conn) hello() []byte {
 	})
 }
 
-// Test hooks, nil outside tests. testLegacy makes a Conn behave as a peer
-// of the revision before ring resizing: no handshake.FlagRingResize, no
-// offers. testControl edits each control message a Conn sends, so tests
-// can play a peer that breaks the rules.
+// Test hooks, nil outside tests; atomic, since a test sets them while
+// connections of earlier tests may still run. testLegacy makes a Conn
+// behave as a peer of the revision before ring resizing: no
+// handshake.FlagRingResize, no offers. testControl edits each control
+// message a Conn sends, so tests can play a peer that breaks the rules.
 var (
-	testLegacy  func(*Conn) bool
-	testControl func(*Conn, *wire.Control)
+	testLegacy  atomic.Pointer[func(*Conn) bool]
+	testControl atomic.Pointer[func(*Conn, *wire.Control)]
 )
 
 // setPeer records the peer's Hello. It takes c.mu: Stats may read the
