@@ -106,13 +106,13 @@ func benchStream(b *testing.B, c1, c2 net.Conn, size int) {
 // rxe or siw.
 func BenchmarkWriteDirect(b *testing.B) {
 	ia := providers(b)[0]
-	defer func() { testDirectMin = 0 }()
+	defer testDirectMin.Store(0)
 	for _, size := range []int{1 << 20, 4 << 20} {
 		for _, mode := range []string{"staged", "direct"} {
 			b.Run(fmt.Sprintf("%s/%dK", mode, size>>10), func(b *testing.B) {
-				testDirectMin = -1
+				testDirectMin.Store(-1)
 				if mode == "direct" {
-					testDirectMin = 256 << 10
+					testDirectMin.Store(256 << 10)
 				}
 				c1, c2, stop := pipe(b, ia, 0)
 				defer stop()

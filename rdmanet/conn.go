@@ -2,6 +2,7 @@ package rdmanet
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"sync"
@@ -219,7 +220,7 @@ func (c *Conn) hello() []byte {
 	if c.ia.writeImm && !c.cfg.noImm {
 		flags |= handshake.FlagWriteImm
 	}
-	if testLegacy != nil && testLegacy(c) {
+	if h := testLegacy.Load(); h != nil && (*h)(c) {
 		c.mu.Lock()
 		c.cfg.adaptive = false
 		c.mu.Unlock()
@@ -234,13 +235,14 @@ func (c *Conn) hello() []byte {
 	})
 }
 
-// Test hooks, nil outside tests. testLegacy makes a Conn behave as a peer
-// of the revision before ring resizing: no handshake.FlagRingResize, no
-// offers. testControl edits each control message a Conn sends, so tests
-// can play a peer that breaks the rules.
+// Test hooks, nil outside tests; atomic, since a test sets them while
+// connections of earlier tests may still run. testLegacy makes a Conn
+// behave as a peer of the revision before ring resizing: no
+// handshake.FlagRingResize, no offers. testControl edits each control
+// message a Conn sends, so tests can play a peer that breaks the rules.
 var (
-	testLegacy  func(*Conn) bool
-	testControl func(*Conn, *wire.Control)
+	testLegacy  atomic.Pointer[func(*Conn) bool]
+	testControl atomic.Pointer[func(*Conn, *wire.Control)]
 )
 
 // setPeer records the peer's Hello. It takes c.mu: Stats may read the
@@ -516,10 +518,23 @@ func (c *Conn) awaitDisconnected() {
 //
 // With an arena, the control receives the EVD still reports go back to
 // it, and then the reservation: see ctrlpool.go for why that order keeps
-// the shared queue's supply. An EP that cannot be freed keeps its
-// reservation.
+// the shared queue's supply.
+//
+// An EP that is gone already (dat reports its handle invalid: something
+// freed it, and its QP with it) gives its reservation back as a freed
+// one does. One that dat refuses to free, alive, keeps it: its QP may
+// still take up to K of the SRQ's receives, which are what its K+1
+// covers, and handing them to other connections would let a peer that
+// keeps to its credits find the SRQ empty. That reservation lasts as
+// long as the IA, whose close destroys the QP and the SRQ. dat refuses
+// only EPs reserved or pending on a provider's PSP or an RSP, and our
+// EPs are our own (CreateEP), so it is a safeguard, not a path.
 func (c *Conn) destroy() {
-	freed := c.ep == nil || c.ep.Free() == nil
+	freed := true
+	if c.ep != nil {
+		err := c.ep.Free()
+		freed = err == nil || errors.Is(err, dat.ErrInvalidHandle)
+	}
 	if c.evd != nil {
 		if c.arena != nil {
 			c.returnSlots()

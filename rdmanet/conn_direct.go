@@ -2,6 +2,7 @@ package rdmanet
 
 import (
 	"net"
+	"sync/atomic"
 
 	"github.com/rdmanet/rdmanet/dat"
 )
@@ -28,11 +29,11 @@ const directMinIWARP = 256 << 10
 
 // directMin is the smallest Write c sends zero-copy; 0 for never.
 func (c *Conn) directMin() int {
-	switch {
-	case testDirectMin < 0:
+	switch m := testDirectMin.Load(); {
+	case m < 0:
 		return 0
-	case testDirectMin > 0:
-		return testDirectMin
+	case m > 0:
+		return int(m)
 	}
 	if c.ia.provider == "iwarp" {
 		return directMinIWARP
@@ -43,7 +44,7 @@ func (c *Conn) directMin() int {
 // testDirectMin, when not 0, replaces directMin's answer for every Conn
 // (-1: never), so a benchmark can compare staging with zero-copy on any
 // provider (BenchmarkWriteDirect).
-var testDirectMin int
+var testDirectMin atomic.Int64
 
 // directSource walks a registered caller buffer for postWrites.
 type directSource struct {

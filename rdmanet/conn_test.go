@@ -316,10 +316,10 @@ func TestHandshakeReject(t *testing.T) {
 			{func(b []byte) []byte { return []byte("GET / HTTP/1.1") }, "peer rejected the handshake: bad magic"},
 			{func(b []byte) []byte { return b[:10] }, "peer rejected the handshake: malformed hello"},
 		} {
-			testHelloHook = tc.hook
+			setHook(&testHelloHook, tc.hook)
 			d := Dialer{IA: ia, Timeout: 5 * time.Second}
 			_, err := d.Dial("rdma", l.Addr().String())
-			testHelloHook = nil
+			testHelloHook.Store(nil)
 			var oe *net.OpError
 			var he *HandshakeError
 			if !errors.As(err, &oe) || oe.Op != "dial" || !errors.As(err, &he) || !he.PeerRejected {

@@ -189,11 +189,11 @@ func (c *Conn) postControlLocked(payload []byte) {
 		c.switchUnsent = false
 	}
 	c.sProdSent, c.rReported, c.firstDue, c.syncDue = c.sProd, c.rCons, false, false
-	if testControl != nil {
+	if h := testControl.Load(); h != nil {
 		// A copy, so that m itself does not escape (and allocate) in
 		// every call.
 		tm := m
-		testControl(c, &tm)
+		(*h)(c, &tm)
 		m = tm
 	}
 	off := c.sendSlotOff(seq)

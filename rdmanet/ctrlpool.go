@@ -1,6 +1,7 @@
 package rdmanet
 
 import (
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -72,6 +73,15 @@ type ctrlPool struct {
 	off, probed bool
 	limit       int // slots per SRQ
 	arenas      []*ctrlArena
+	// own makes new connections post their own receives, as on a
+	// provider without SRQEPLimit, so that tests run both schemes on
+	// iwarp. It is the pool's, and guarded by mu, so that a test sets it
+	// on the IAs it holds while other tests' connections still come and
+	// go.
+	own bool
+	// newChunk makes the memory of one chunk; nil is newRegion. Tests
+	// replace it on a pool of their own to stop or fail a registration.
+	newChunk func() (*region, error)
 }
 
 // supply is the accounting of an SRQ's slots, kept apart from memory
@@ -91,8 +101,8 @@ func (s *supply) toMake(n int) int {
 	return (short + ctrlChunk - 1) / ctrlChunk * ctrlChunk
 }
 
-// reserve counts a connection's K+1 (n); callers made what toMake said
-// first.
+// reserve counts a connection's K+1 (n); the connection may use the SRQ
+// once toMake(0) is zero.
 func (s *supply) reserve(n int) { s.reserved += n }
 
 // release drops a connection's K+1 (n), once it gave back the slots it
@@ -108,36 +118,76 @@ type ctrlArena struct {
 	pool *ctrlPool
 	srq  *dat.SRQ
 	// chunks has room for every chunk the SRQ can take, so that slot and
-	// post read it without the pool's lock while reserve adds chunks;
-	// made is sup.made, for valid, which does not take the lock either.
+	// post read it without the pool's lock while grow adds chunks. made
+	// counts the slots whose memory exists, for valid, which does not
+	// take the lock either: a chunk is counted there before its slots
+	// are posted (a message may land in one at once), and in sup.made
+	// once they all are.
 	chunks []*region
 	made   atomic.Int32
+	// growMu is held by the one reserver that makes chunks for the SRQ;
+	// the others that lack slots wait on it. first, in grow, is read
+	// from sup.made under it, which only its holder adds to.
+	growMu sync.Mutex
 	// Guarded by pool.mu.
 	sup    supply
-	conns  int  // connections on it
+	conns  int  // connections on it, and reservers making slots for it
 	broken bool // a post failed: it takes no more connections
 	// postMu serialises posts, which use iov.
 	postMu sync.Mutex
 	iov    [1]dat.LMRTriplet
 }
 
+// errArenaBroken tells a reserver that another's post broke the SRQ it
+// was waiting on; it reserves again, elsewhere.
+var errArenaBroken = errors.New("rdmanet: shared receive queue broken")
+
 // reserve finds room on an SRQ for a connection with k control receives
 // and returns it, or nil when connections on this IA post their own
 // receives.
+//
+// Registering a chunk is a system call, and the adapter's work on a
+// real one, so it is not done under pool.mu, which every dial, accept
+// and close takes. A reserver counts its K+1 at once, under pool.mu
+// (that also keeps the SRQ from being freed under it); if the SRQ's
+// slots do not cover every reservation, it takes the SRQ's growMu and
+// makes chunks until they do, for itself and for whoever reserved
+// meanwhile. Reservers that race thus wait for one another's chunks
+// rather than each make their own, and none returns, to create its EP,
+// before slots are posted for it.
 func (p *ctrlPool) reserve(k int) (*ctrlArena, error) {
 	n := slotsFor(k)
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	for {
+		p.mu.Lock()
+		a, covered, err := p.pickLocked(n)
+		p.mu.Unlock()
+		if a == nil || covered || err != nil {
+			return a, err
+		}
+		if err = a.fill(); err == nil {
+			return a, nil
+		}
+		a.release(k)
+		if err != errArenaBroken {
+			return nil, err
+		}
+	}
+}
+
+// pickLocked counts n slots on an SRQ with room for them, creating one
+// if none has, and reports whether its slots already cover them. It
+// returns nil when connections post their own receives. Callers hold
+// pool.mu.
+func (p *ctrlPool) pickLocked(n int) (a *ctrlArena, covered bool, err error) {
 	if !p.probed {
 		p.probed = true
 		attr, pa, err := p.s.ia.Query()
 		p.limit = min(ctrlArenaSlots, attr.MaxSRQDTOs) / ctrlChunk * ctrlChunk
 		p.off = err != nil || !pa.SRQSupported || !pa.SRQEPLimit || p.limit < ctrlChunk
 	}
-	if p.off || testOwnReceives || n > p.limit {
-		return nil, nil
+	if p.off || p.own || n > p.limit {
+		return nil, false, nil
 	}
-	var a *ctrlArena
 	for _, x := range p.arenas {
 		if !x.broken && p.limit-x.sup.reserved >= n {
 			a = x
@@ -145,49 +195,75 @@ func (p *ctrlPool) reserve(k int) (*ctrlArena, error) {
 		}
 	}
 	if a == nil {
+		// Creating the SRQ stays under the lock: it registers no memory,
+		// and happens once per ctrlArenaSlots slots.
 		srq, err := p.s.ia.CreateSRQ(p.s.pz, dat.SRQAttr{MaxRecvDTOs: p.limit, MaxRecvIOV: 1})
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		a = &ctrlArena{pool: p, srq: srq, chunks: make([]*region, p.limit/ctrlChunk)}
 		p.arenas = append(p.arenas, a)
 	}
-	for range a.sup.toMake(n) / ctrlChunk {
-		if err := a.grow(); err != nil {
-			p.dropIfUnusedLocked(a)
-			return nil, err
-		}
-	}
 	a.sup.reserve(n)
 	a.conns++
-	return a, nil
+	return a, a.sup.toMake(0) == 0, nil
 }
 
-// grow registers ctrlChunk more slots and posts them. Callers hold
-// pool.mu.
-func (a *ctrlArena) grow() error {
-	r, err := newRegion(a.pool.s, ctrlChunk*ctrlSlot, ctrlPriv)
-	if err != nil {
-		return err
-	}
-	first := a.sup.made
-	a.chunks[first/ctrlChunk] = r
-	// Counted before they are posted: a message may land in one at once.
-	a.sup.made += ctrlChunk
-	a.made.Store(int32(a.sup.made))
-	for i := range ctrlChunk {
-		if err := a.post(first + i); err != nil {
-			// Some of the chunk may be posted: it stays until the SRQ
-			// goes, and the SRQ takes no more connections.
-			a.broken = true
+// fill makes chunks until a's slots cover every reservation on it,
+// including the caller's, or fails.
+func (a *ctrlArena) fill() error {
+	a.growMu.Lock()
+	defer a.growMu.Unlock()
+	p := a.pool
+	for {
+		p.mu.Lock()
+		broken, covered, first := a.broken, a.sup.toMake(0) == 0, a.sup.made
+		p.mu.Unlock()
+		switch {
+		case broken:
+			return errArenaBroken
+		case covered:
+			return nil
+		}
+		if err := a.grow(first); err != nil {
 			return err
 		}
 	}
-	return nil
+}
+
+// grow registers ctrlChunk more slots, from slot first, and posts them.
+// Callers hold growMu and not pool.mu.
+func (a *ctrlArena) grow(first int) error {
+	p := a.pool
+	newChunk := p.newChunk
+	if newChunk == nil {
+		newChunk = func() (*region, error) { return newRegion(p.s, ctrlChunk*ctrlSlot, ctrlPriv) }
+	}
+	r, err := newChunk()
+	if err != nil {
+		return err
+	}
+	a.chunks[first/ctrlChunk] = r
+	a.made.Store(int32(first + ctrlChunk))
+	var perr error
+	for i := range ctrlChunk {
+		if perr = a.post(first + i); perr != nil {
+			break
+		}
+	}
+	p.mu.Lock()
+	// A chunk that failed to post is counted too: some of it may be
+	// posted, and it stays until the SRQ goes, which takes no more
+	// connections.
+	a.sup.made += ctrlChunk
+	a.broken = a.broken || perr != nil
+	p.mu.Unlock()
+	return perr
 }
 
 // release gives back the reservation of a connection with k control
-// receives. Its EP is freed, and the slots it held are posted again.
+// receives. Its EP is freed, and the slots it held are posted again; or
+// it never had one: its reserve failed.
 func (a *ctrlArena) release(k int) {
 	p := a.pool
 	p.mu.Lock()
@@ -246,7 +322,3 @@ func (a *ctrlArena) post(i int) error {
 	a.iov[0] = r.triplet(uint64((i%ctrlChunk)*ctrlSlot), ctrlSlot)
 	return a.srq.PostRecv(a.iov[:], uint64(i))
 }
-
-// testOwnReceives makes new connections post their own receives, as on a
-// provider without SRQEPLimit, so that tests run both schemes on iwarp.
-var testOwnReceives bool

@@ -6,11 +6,15 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/netip"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -238,8 +242,21 @@ func TestControlReceivesShared(t *testing.T) {
 // TestOwnReceives: where receives are a connection's own (the verbs
 // provider; forced here on iwarp), streams still flow both ways.
 func TestOwnReceives(t *testing.T) {
-	testOwnReceives = true
-	defer func() { testOwnReceives = false }()
+	// The IAs pipe's dialer and listener use, held for the test.
+	for _, local := range []netip.Addr{{}, testIP("iwarp")} {
+		s, err := acquireIA(context.Background(), iaName("iwarp", local))
+		require.NoError(t, err)
+		setOwn := func(own bool) {
+			s.ctrl.mu.Lock()
+			s.ctrl.own = own
+			s.ctrl.mu.Unlock()
+		}
+		setOwn(true)
+		defer func() {
+			setOwn(false)
+			s.release()
+		}()
+	}
 	c1, c2, stop := pipe(t, "iwarp", 0)
 	defer stop()
 	require.Nil(t, c1.arena)
@@ -314,4 +331,208 @@ func TestControlFloodBreaksOnlyItsConnection(t *testing.T) {
 	}
 	stream(t, honest, other, 16<<20, 64<<10)
 	stream(t, other, honest, 16<<20, 64<<10)
+}
+
+// testPool returns a pool of its own on a loopback iwarp IA, whose
+// chunks newChunk makes (it may fail or stop one), and closes both when
+// the test ends.
+func testPool(t *testing.T, newChunk func(s *sharedIA) (*region, error)) *ctrlPool {
+	s, err := acquireIA(context.Background(), iaName("iwarp", netip.MustParseAddr("127.0.0.1")))
+	require.NoError(t, err)
+	p := &ctrlPool{s: s, newChunk: func() (*region, error) { return newChunk(s) }}
+	t.Cleanup(func() {
+		p.close()
+		s.release()
+	})
+	return p
+}
+
+func newTestChunk(s *sharedIA) (*region, error) { return newRegion(s, ctrlChunk*ctrlSlot, ctrlPriv) }
+
+// checkSupply checks what every arena of p must show once no reserve is
+// under way: its slots cover its reservations, and all of them are
+// posted (none is held: no connection uses them).
+func checkSupply(t *testing.T, p *ctrlPool) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, a := range p.arenas {
+		require.Zero(t, a.sup.toMake(0), "made %d, reserved %d", a.sup.made, a.sup.reserved)
+		require.Equal(t, a.sup.made, int(a.made.Load()))
+		q, err := a.srq.Query()
+		require.NoError(t, err)
+		require.Equal(t, a.sup.made, q.Posted, "every slot made is posted")
+	}
+}
+
+// TestReserveRegistersOutsideLock: while one reserver registers a chunk,
+// the pool's lock, which every dial, accept and close takes, is free; a
+// second reserver that the chunk also covers waits for it instead of
+// registering one of its own.
+func TestReserveRegistersOutsideLock(t *testing.T) {
+	entered, proceed := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	p := testPool(t, func(s *sharedIA) (*region, error) {
+		if calls.Add(1) == 1 {
+			close(entered)
+			<-proceed
+		}
+		return newTestChunk(s)
+	})
+	type res struct {
+		a   *ctrlArena
+		err error
+	}
+	reserve := func(ch chan<- res) {
+		a, err := p.reserve(8)
+		ch <- res{a, err}
+	}
+	first, second := make(chan res, 1), make(chan res, 1)
+	go reserve(first)
+	<-entered
+	if !p.mu.TryLock() {
+		close(proceed) // for the reserver to leave and the pool to close
+		<-first
+		t.Fatal("the pool's lock is held while a chunk registers")
+	}
+	arenas := slices.Clone(p.arenas)
+	p.mu.Unlock()
+	require.Len(t, arenas, 1)
+	a := arenas[0]
+
+	go reserve(second)
+	require.Eventually(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return a.sup.reserved == 2*slotsFor(8)
+	}, 10*time.Second, time.Millisecond, "the second reserver never counted its slots")
+	close(proceed)
+	for _, ch := range []chan res{first, second} {
+		r := <-ch
+		require.NoError(t, r.err)
+		require.Same(t, a, r.a)
+	}
+	require.EqualValues(t, 1, calls.Load(), "one chunk covers both reservers")
+	checkSupply(t, p)
+	a.release(8)
+	a.release(8)
+	require.Zero(t, a.sup.reserved)
+}
+
+// TestReserveRacing: reservers that race, some of whose registrations
+// fail, leave every SRQ's slots covering its reservations and all
+// posted; without failures they made no more chunks than the
+// reservations need; and a reserver that failed left no reservation.
+func TestReserveRacing(t *testing.T) {
+	for _, failing := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ok", true: "failing"}[failing], func(t *testing.T) {
+			var calls atomic.Int32
+			p := testPool(t, func(s *sharedIA) (*region, error) {
+				if failing && calls.Add(1)%3 == 0 {
+					return nil, syscall.ENOMEM
+				}
+				return newTestChunk(s)
+			})
+			type held struct {
+				a *ctrlArena
+				k int
+			}
+			var (
+				wg   sync.WaitGroup
+				mu   sync.Mutex
+				got  []held
+				errs int
+			)
+			for i := range 60 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					k := 2 + i*37%190
+					a, err := p.reserve(k)
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil {
+						assert.ErrorIs(t, err, syscall.ENOMEM)
+						errs++
+						return
+					}
+					assert.NotNil(t, a)
+					got = append(got, held{a, k})
+				}()
+			}
+			wg.Wait()
+			if failing {
+				require.NotZero(t, errs, "no registration failed")
+			} else {
+				require.Zero(t, errs)
+			}
+			checkSupply(t, p)
+			want := map[*ctrlArena]int{}
+			for _, h := range got {
+				want[h.a] += slotsFor(h.k)
+			}
+			// Read under the lock, checked after it: a failed require
+			// must not leave the lock held for the cleanup.
+			type counts struct{ made, reserved, want int }
+			var arenas []counts
+			p.mu.Lock()
+			for _, a := range p.arenas {
+				arenas = append(arenas, counts{a.sup.made, a.sup.reserved, want[a]})
+			}
+			p.mu.Unlock()
+			if !failing {
+				// With failures, a second SRQ whose reservers all failed
+				// is gone again.
+				require.Greater(t, len(arenas), 1, "the reservations fit one SRQ: the test needs more")
+			}
+			for i, a := range arenas {
+				require.Equal(t, a.want, a.reserved, "SRQ %d: the reservations of the reservers that succeeded", i)
+				if !failing {
+					require.Equal(t, (a.want+ctrlChunk-1)/ctrlChunk*ctrlChunk, a.made, "SRQ %d: more chunks made than its reservations need", i)
+				}
+			}
+			for _, h := range got {
+				h.a.release(h.k)
+			}
+			p.mu.Lock()
+			n, last := len(p.arenas), p.arenas[0]
+			reserved, conns := last.sup.reserved, last.conns
+			p.mu.Unlock()
+			require.Equal(t, 1, n, "only the last SRQ stays")
+			require.Zero(t, reserved)
+			require.Zero(t, conns)
+		})
+	}
+}
+
+// TestGoneEPGivesBackReservation: a connection whose EP is already
+// freed when it closes (its QP closed with it: nothing can land in the
+// SRQ's receives for it any more) gives its reservation back, as one
+// whose EP its close frees does, and every slot is posted again.
+func TestGoneEPGivesBackReservation(t *testing.T) {
+	c1, _, stop := pipe(t, "iwarp", 0)
+	defer stop()
+	require.NotNil(t, c1.arena)
+	// Keep c1's IA, and with it the SRQ, open after c1 is gone.
+	c1.ia.hold()
+	defer c1.ia.release()
+	a, k := c1.arena, c1.cfg.recvs
+	p := a.pool
+	p.mu.Lock()
+	before := a.sup.reserved
+	p.mu.Unlock()
+
+	c1.pollMu.Lock() // no Read or Write is inside the EP while it goes
+	require.NoError(t, c1.ep.Free())
+	c1.pollMu.Unlock()
+	c1.Close()
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	require.Equal(t, before-slotsFor(k), a.sup.reserved, "the closed connection still holds its reservation")
+	if a.conns == 0 {
+		q, err := a.srq.Query()
+		require.NoError(t, err)
+		require.Equal(t, a.sup.made, q.Posted, "every slot is back on the SRQ")
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -299,8 +300,8 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 	}
 	c.dialKey = key
 	hello := c.hello()
-	if testHelloHook != nil {
-		hello = testHelloHook(hello)
+	if h := testHelloHook.Load(); h != nil {
+		hello = (*h)(hello)
 	}
 	// The connection is made in this goroutine (ConnectContext), which
 	// would only wait for it otherwise: its outcome is on the EVD when
@@ -355,8 +356,10 @@ func timedOut(ctx context.Context, err error) error {
 	return err
 }
 
-// testHelloHook lets tests send a Hello of their making.
-var testHelloHook func([]byte) []byte
+// testHelloHook lets tests send a Hello of their making. Nil outside
+// tests; atomic, since a test sets it while connections of earlier tests
+// may still be dialing.
+var testHelloHook atomic.Pointer[func([]byte) []byte]
 
 // abandon tears down a connection that never reached its user.
 func (c *Conn) abandon() {

@@ -347,10 +347,10 @@ func TestFallbackVersion(t *testing.T) {
 			io.WriteString(fc, fc.Reason.String())
 		}
 	})
-	testHelloHook = func(b []byte) []byte { b[4] = 9; return b }
-	defer func() { testHelloHook = nil }()
+	setHook(&testHelloHook, func(b []byte) []byte { b[4] = 9; return b })
+	defer func() { testHelloHook.Store(nil) }()
 	fc, took := fallbackDial(t, Dialer{}, nl.Addr().String(), ReasonVersion)
-	testHelloHook = nil
+	testHelloHook.Store(nil)
 	if took >= FallbackWait {
 		t.Errorf("fallback took %v: it should not wait for a timeout", took)
 	}

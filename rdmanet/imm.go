@@ -1,6 +1,8 @@
 package rdmanet
 
 import (
+	"sync/atomic"
+
 	"github.com/rdmanet/rdmanet/rdmanet/internal/handshake"
 	"github.com/rdmanet/rdmanet/rdmanet/internal/wire"
 )
@@ -35,7 +37,7 @@ func (c *Conn) immLocked() bool {
 // the immediate value. Callers hold c.postMu and c.mu, have counted the
 // Writes in posted and sProd, and post them right after.
 func (c *Conn) announceImmLocked() (uint32, bool) {
-	if !c.immLocked() && (testImmForce == nil || !testImmForce(c)) {
+	if h := testImmForce.Load(); !c.immLocked() && (h == nil || !(*h)(c)) {
 		return 0, false
 	}
 	if !c.canControlLocked() || c.finWanted || c.firstDue || c.offerUnsent || c.switchUnsent || c.syncDue || c.returnDueLocked() {
@@ -49,8 +51,8 @@ func (c *Conn) announceImmLocked() (uint32, bool) {
 	if err != nil {
 		return 0, false // checked above; a Send says it instead
 	}
-	if testImm != nil {
-		testImm(c, &v)
+	if h := testImm.Load(); h != nil {
+		(*h)(c, &v)
 	}
 	c.cc.sent()
 	c.ctrlOut++
@@ -77,8 +79,9 @@ func (c *Conn) applyImmLocked(v uint32) error {
 // Test hooks, nil outside tests: testImm edits each immediate value a
 // Conn sends, and testImmForce makes a Conn announce with immediate data
 // although the handshake did not negotiate it, so tests can play a peer
-// that breaks the rules.
+// that breaks the rules. Atomic, as the other hooks (conn.go): a test
+// sets them while connections of earlier tests may still send.
 var (
-	testImm      func(*Conn, *uint32)
-	testImmForce func(*Conn) bool
+	testImm      atomic.Pointer[func(*Conn, *uint32)]
+	testImmForce atomic.Pointer[func(*Conn) bool]
 )

@@ -67,7 +67,7 @@ func TestWriteImmPeerWithout(t *testing.T) {
 // rules is cut off with a protocol violation naming the rule. It needs a
 // transport with RDMA Write with Immediate (rxe0 in the VM suite).
 func TestWriteImmHostile(t *testing.T) {
-	defer func() { testImm, testImmForce = nil, nil }()
+	defer func() { testImm.Store(nil); testImmForce.Store(nil) }()
 	value := func(m wire.Imm) uint32 {
 		v, err := wire.AppendImm(m)
 		require.NoError(t, err)
@@ -88,14 +88,14 @@ func TestWriteImmHostile(t *testing.T) {
 				if !c1.ia.writeImm {
 					t.Skipf("%s has no RDMA Write with Immediate", ia)
 				}
-				testImm = func(from *Conn, v *uint32) {
+				setHook(&testImm, func(from *Conn, v *uint32) {
 					if from == c1 {
 						*v = tc.v
 					}
-				}
+				})
 				writeFew(t, c1)
 				wantViolation(t, c2, tc.want)
-				testImm = nil
+				testImm.Store(nil)
 			})
 		}
 		t.Run(ia+"/not negotiated", func(t *testing.T) {
@@ -103,10 +103,10 @@ func TestWriteImmHostile(t *testing.T) {
 			if !c1.ia.writeImm {
 				t.Skipf("%s has no RDMA Write with Immediate", ia)
 			}
-			testImmForce = func(from *Conn) bool { return from == c1 }
+			setHook(&testImmForce, func(from *Conn) bool { return from == c1 })
 			writeFew(t, c1)
 			wantViolation(t, c2, "did not negotiate")
-			testImmForce = nil
+			testImmForce.Store(nil)
 		})
 	}
 }

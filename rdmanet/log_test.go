@@ -13,26 +13,17 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rdmanet/rdmanet/internal/testutil"
 )
 
 // logSink collects JSON log records; safe for concurrent handlers.
-type logSink struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (s *logSink) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
+type logSink struct{ testutil.SyncBuffer }
 
 // records returns the records whose message is msg (all of them for ""),
 // as attribute maps.
 func (s *logSink) records(msg string) []map[string]any {
-	s.mu.Lock()
-	text := s.buf.String()
-	s.mu.Unlock()
+	text := s.String()
 	var out []map[string]any
 	for _, line := range strings.Split(text, "\n") {
 		var m map[string]any

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,3 +115,7 @@ func serve(t testing.TB, l net.Listener, handle func(net.Conn)) {
 		wg.Wait()
 	})
 }
+
+// setHook installs f as the test hook h (testHelloHook, testLegacy,
+// testControl); h.Store(nil) removes it.
+func setHook[F any](h *atomic.Pointer[F], f F) { h.Store(&f) }

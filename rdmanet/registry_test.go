@@ -100,10 +100,10 @@ func TestSnapshotForgetsFailures(t *testing.T) {
 		require.NoError(t, err)
 		defer l.Close()
 		before := liveConnIDs()
-		testHelloHook = func(b []byte) []byte { b[4] = 9; return b }
+		setHook(&testHelloHook, func(b []byte) []byte { b[4] = 9; return b })
 		d := Dialer{IA: ia, Timeout: 5 * time.Second}
 		_, err = d.Dial("rdma", l.Addr().String())
-		testHelloHook = nil
+		testHelloHook.Store(nil)
 		require.Error(t, err)
 		require.Subset(t, before, liveConnIDs())
 		require.Equal(t, uint64(1), findListener(Snapshot(), l.(*Listener).id).Refused)
@@ -217,10 +217,10 @@ func TestSnapshotConcurrent(t *testing.T) {
 	d := Dialer{IA: "iwarp", Timeout: 10 * time.Second}
 	for i := 0; i < 20; i++ {
 		if i%5 == 4 {
-			testHelloHook = func(b []byte) []byte { b[4] = 9; return b }
+			setHook(&testHelloHook, func(b []byte) []byte { b[4] = 9; return b })
 		}
 		c, err := d.Dial("rdma", l.Addr().String())
-		testHelloHook = nil
+		testHelloHook.Store(nil)
 		if i%5 == 4 {
 			require.Error(t, err)
 			continue

@@ -73,8 +73,8 @@ func TestFixedBufferDoesNotGrow(t *testing.T) {
 func TestRingResizeLegacyPeer(t *testing.T) {
 	for _, legacy := range []string{"dialer", "listener"} {
 		t.Run("legacy "+legacy, func(t *testing.T) {
-			testLegacy = func(c *Conn) bool { return (c.listener == nil) == (legacy == "dialer") }
-			defer func() { testLegacy = nil }()
+			setHook(&testLegacy, func(c *Conn) bool { return (c.listener == nil) == (legacy == "dialer") })
+			defer func() { testLegacy.Store(nil) }()
 			c1, c2, stop := pipe(t, "iwarp", 0)
 			defer stop()
 			stream(t, c1, c2, 16<<20, 1<<20)
@@ -92,11 +92,11 @@ func TestRingResizeLegacyPeer(t *testing.T) {
 // hostileOnce makes c's next control message m's edit of it.
 func hostileOnce(c *Conn, edit func(m *wire.Control)) {
 	var once sync.Once
-	testControl = func(from *Conn, m *wire.Control) {
+	setHook(&testControl, func(from *Conn, m *wire.Control) {
 		if from == c {
 			once.Do(func() { edit(m) })
 		}
-	}
+	})
 }
 
 // wantViolation reads from c until it fails, and wants a protocol
@@ -113,7 +113,7 @@ func wantViolation(t *testing.T, c *Conn, what string) {
 // TestRingResizeHostile: a peer that breaks the resizing rules is cut off
 // with a protocol violation that says which rule.
 func TestRingResizeHostile(t *testing.T) {
-	defer func() { testControl = nil }()
+	defer func() { testControl.Store(nil) }()
 	send := func(t *testing.T, c *Conn) {
 		_, err := c.Write([]byte("x"))
 		require.NoError(t, err)

@@ -44,7 +44,7 @@ const spareTimeout = 5 * time.Second
 // differ from a spare's does not.
 func spareable(d *Dialer) bool {
 	return d.Control == nil && d.ControlContext == nil && d.LocalAddr == nil &&
-		testHelloHook == nil && testLegacy == nil
+		testHelloHook.Load() == nil && testLegacy.Load() == nil
 }
 
 // sameSetup reports whether connections dialed with a and b are alike:

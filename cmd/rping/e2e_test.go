@@ -12,12 +12,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rdmanet/rdmanet/internal/testutil"
 )
 
 // proc is an rping process.
 type proc struct {
 	cmd            *exec.Cmd
-	stdout, stderr syncBuffer // read while the process runs
+	stdout, stderr testutil.SyncBuffer // read while the process runs
 	done           chan struct{}
 	err            error
 }

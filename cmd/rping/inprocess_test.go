@@ -1,48 +1,24 @@
 package main
 
 import (
-	"bytes"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/rdmanet/rdmanet/internal/testutil"
 )
 
 // runInProcess runs rping in this process (exit() does not end it) and
 // returns its status, stdout and stderr.
 func runInProcess(args ...string) (int, string, string) {
-	var out, errb syncBuffer
+	var out, errb testutil.SyncBuffer
 	a := newApp(&out, &errb, false)
 	code := a.run(args, noEnv, systemResolver)
 	a.out.Flush()
 	return code, out.String(), errb.String()
-}
-
-// syncBuffer is a bytes.Buffer safe for the goroutines of one run.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Len()
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestInProcessUsage(t *testing.T) {

@@ -48,6 +48,9 @@ type IA struct {
 	// IA's iWARP connections watch their TCP sockets (keepalive_tcp.go):
 	// opened by the first lookup, closed with the IA.
 	diag tcpdiag.Socket
+	// tcpWatch is how the keepers ask about TCP (keepalive_tcp.go); the
+	// zero value but in tests, which set it before the first connection.
+	tcpWatch tcpWatch
 
 	// ids counts rdma_cm ids being destroyed in the background
 	// (QP.quiesce); the event channel outlives them.

@@ -138,7 +138,7 @@ func keepaliveOf(ka net.KeepAliveConfig) (idle, limit time.Duration, on bool) {
 // consumer's.
 func (q *QP) readDepths(cfg driver.QPConfig, ka net.KeepAliveConfig) (ird, ord int) {
 	ird, ord = cfg.IRD, cfg.ORD
-	if _, _, on := keepaliveOf(ka); on && q.ia.attr.Transport == driver.TransportIWARP && !tcpdiagUsable() {
+	if _, _, on := keepaliveOf(ka); on && q.ia.attr.Transport == driver.TransportIWARP && !q.ia.diagUsable() {
 		ird, ord = max(ird, min(1, q.ia.attr.MaxIRD)), max(ord, min(1, q.ia.attr.MaxORD))
 	}
 	return ird, ord
@@ -156,7 +156,7 @@ func (q *QP) startKeepalive(c *conn, ka net.KeepAliveConfig) {
 	if q.ia.attr.Transport == driver.TransportIWARP {
 		// No syscall here: the first tick asks the kernel.
 		t, err := tcpOf(c)
-		if err == nil && !tcpdiagUsable() {
+		if err == nil && !q.ia.diagUsable() {
 			err = errNoSockDiag
 		}
 		switch {

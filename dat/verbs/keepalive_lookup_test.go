@@ -22,9 +22,9 @@ import (
 // first tick on, an Idle later.
 func TestKeepAliveLookupAtFirstTick(t *testing.T) {
 	forEachIWARP(t, func(t *testing.T, d testDev) {
-		asked := recordLookups(t)
 		ka := net.KeepAliveConfig{Enable: true, Idle: 2 * time.Second, Interval: time.Second, Count: 2}
 		c, s := newEnd(t, d), newEnd(t, d)
+		asked := recordLookups(c, s)
 		noReads(t, c, s)
 		connectKeptAlive(t, c, s, driver.ConnectOptions{KeepAliveConfig: ka}, ka)
 		tuple := connTuple(t, c)
@@ -50,14 +50,12 @@ func TestKeepAliveSocketNotShown(t *testing.T) {
 		if !tcpdiagUsable() {
 			t.Fatal("the test VM's kernel does not answer sock_diag")
 		}
-		lookup := lookupTCP
-		lookupTCP = func(*tcpdiag.Socket, netip.AddrPort, netip.AddrPort) (tcpdiag.Info, error) {
+		notShown := tcpWatch{lookup: func(*tcpdiag.Socket, netip.AddrPort, netip.AddrPort) (tcpdiag.Info, error) {
 			return tcpdiag.Info{}, tcpdiag.ErrNotFound
-		}
-		t.Cleanup(func() { lookupTCP = lookup })
+		}}
 		ka := net.KeepAliveConfig{Enable: true, Idle: 100 * time.Millisecond, Interval: time.Second, Count: 2}
 		t.Run("ORD 0", func(t *testing.T) {
-			c, s := keepAliveServerOnly(t, d, ka)
+			c, s := keepAliveServerOnly(t, d, ka, notShown)
 			if !watchesTCP(s) {
 				t.Fatal("the server end's keeper does not watch TCP before its first tick")
 			}
@@ -67,6 +65,7 @@ func TestKeepAliveSocketNotShown(t *testing.T) {
 		})
 		t.Run("ORD 2", func(t *testing.T) {
 			c, s := newEnd(t, d), newEnd(t, d) // IRD 4, ORD 2
+			watchTCP(notShown, c, s)
 			connectKeptAlive(t, c, s, driver.ConnectOptions{KeepAlive: -1}, ka)
 			if s.qp.conn.ord < 1 {
 				t.Fatalf("server ORD %d, want at least 1", s.qp.conn.ord)
@@ -90,9 +89,9 @@ func TestKeepAliveSocketPerIA(t *testing.T) {
 	forEachIWARP(t, func(t *testing.T, d testDev) {
 		before := sockDiagSockets(t)
 		t.Run("connected", func(t *testing.T) {
-			asked := recordLookups(t)
 			ka := net.KeepAliveConfig{Enable: true, Idle: 50 * time.Millisecond, Interval: 50 * time.Millisecond, Count: 2}
 			c, s := newEnd(t, d), newEnd(t, d)
+			asked := recordLookups(c, s)
 			noReads(t, c, s)
 			connectKeptAlive(t, c, s, driver.ConnectOptions{KeepAliveConfig: ka}, ka)
 			tuple := connTuple(t, c)
@@ -127,18 +126,16 @@ type lookupLog struct {
 	asked map[tcpConn]int
 }
 
-// recordLookups makes the keepers' lookups count in the log it returns,
-// until the test ends.
-func recordLookups(t *testing.T) *lookupLog {
+// recordLookups makes the lookups of the keepers of the ends' IAs count
+// in the log it returns. Called before the ends connect (see watchTCP).
+func recordLookups(ends ...*end) *lookupLog {
 	l := &lookupLog{asked: make(map[tcpConn]int)}
-	lookup := lookupTCP
-	lookupTCP = func(s *tcpdiag.Socket, local, remote netip.AddrPort) (tcpdiag.Info, error) {
+	watchTCP(tcpWatch{lookup: func(s *tcpdiag.Socket, local, remote netip.AddrPort) (tcpdiag.Info, error) {
 		l.mu.Lock()
 		l.asked[tcpConn{local, remote}]++
 		l.mu.Unlock()
-		return lookup(s, local, remote)
-	}
-	t.Cleanup(func() { lookupTCP = lookup })
+		return s.Lookup(local, remote)
+	}}, ends...)
 	return l
 }
 

@@ -14,9 +14,32 @@ import (
 	"github.com/rdmanet/rdmanet/internal/tcpdiag"
 )
 
-// lookupTCP asks the IA's sock_diag socket about a TCP connection; tests
-// replace it to take the fallback.
-var lookupTCP = (*tcpdiag.Socket).Lookup
+// tcpWatch is how an IA's keepers ask the kernel about TCP. The zero
+// value asks it: tcpdiagUsable, then the IA's sock_diag socket. A test
+// sets another on an IA of its own before the IA's first connection, to
+// take the fallback or count the lookups; it is the IA's rather than the
+// package's so that no keeper of another test, still running, reads what
+// a test writes.
+type tcpWatch struct {
+	usable func() bool
+	lookup func(s *tcpdiag.Socket, local, remote netip.AddrPort) (tcpdiag.Info, error)
+}
+
+// diagUsable is tcpdiagUsable, unless the IA's tcpWatch says otherwise.
+func (ia *IA) diagUsable() bool {
+	if u := ia.tcpWatch.usable; u != nil {
+		return u()
+	}
+	return tcpdiagUsable()
+}
+
+// lookupTCP asks the IA's sock_diag socket about a TCP connection.
+func (ia *IA) lookupTCP(local, remote netip.AddrPort) (tcpdiag.Info, error) {
+	if l := ia.tcpWatch.lookup; l != nil {
+		return l(&ia.diag, local, remote)
+	}
+	return ia.diag.Lookup(local, remote)
+}
 
 // errNoSockDiag is why a keeper cannot watch TCP on a kernel that does
 // not answer sock_diag.
@@ -58,7 +81,7 @@ var tcpdiagUsable = sync.OnceValue(func() bool {
 // (fallBack). Callers have collected the completions.
 func (k *keeper) tickTCP(t *tcpConn) {
 	q, c := k.q, k.c
-	info, err := lookupTCP(&q.ia.diag, t.local, t.remote)
+	info, err := q.ia.lookupTCP(t.local, t.remote)
 	q.mu.Lock()
 	if k.stopped || q.state != qpConnected || q.conn != c {
 		q.mu.Unlock()

@@ -87,26 +87,32 @@ func noReads(t *testing.T, ends ...*end) {
 // fallback for a kernel that does not show it, an RDMA Read probe.
 func TestKeepAliveDeadPeer(t *testing.T) {
 	for _, kind := range []rdmapair.Kind{rdmapair.RXE, rdmapair.SIW} {
-		t.Run(string(kind), func(t *testing.T) { keepAliveDeadPeer(t, kind) })
+		t.Run(string(kind), func(t *testing.T) { keepAliveDeadPeer(t, kind, tcpWatch{}) })
 	}
-	t.Run("siw-read", func(t *testing.T) {
-		withoutSockDiag(t)
-		keepAliveDeadPeer(t, rdmapair.SIW)
-	})
+	t.Run("siw-read", func(t *testing.T) { keepAliveDeadPeer(t, rdmapair.SIW, noSockDiag) })
 }
 
-// withoutSockDiag makes the keepers of the test's connections take the
-// fallback of a kernel without sock_diag.
-func withoutSockDiag(t *testing.T) {
-	lookup, usable := lookupTCP, tcpdiagUsable
-	lookupTCP = func(*tcpdiag.Socket, netip.AddrPort, netip.AddrPort) (tcpdiag.Info, error) {
+// noSockDiag makes the keepers of an IA take the fallback of a kernel
+// without sock_diag.
+var noSockDiag = tcpWatch{
+	usable: func() bool { return false },
+	lookup: func(*tcpdiag.Socket, netip.AddrPort, netip.AddrPort) (tcpdiag.Info, error) {
 		return tcpdiag.Info{}, syscall.EPROTONOSUPPORT
-	}
-	tcpdiagUsable = func() bool { return false }
-	t.Cleanup(func() { lookupTCP, tcpdiagUsable = lookup, usable })
+	},
 }
 
-func keepAliveDeadPeer(t *testing.T, kind rdmapair.Kind) {
+// watchTCP makes the keepers of the ends' IAs ask about TCP through w.
+// Called before the ends connect: the IA's connections and keepers read
+// it from then on.
+func watchTCP(w tcpWatch, ends ...*end) {
+	for _, e := range ends {
+		e.ia.tcpWatch = w
+	}
+}
+
+// keepAliveDeadPeer cuts a pair of kind under a connection whose keepers
+// ask about TCP through w.
+func keepAliveDeadPeer(t *testing.T, kind rdmapair.Kind, w tcpWatch) {
 	pair := rdmapair.New(t, kind)
 	transport := driver.TransportRoCE
 	if kind == rdmapair.SIW {
@@ -116,6 +122,7 @@ func keepAliveDeadPeer(t *testing.T, kind rdmapair.Kind) {
 	const bound = 3 * 3 * time.Second // 3 × (Idle + Interval × Count)
 	c := newEnd(t, testDev{name: string(kind) + "-pair-client", addr: pair.ClientIP, transport: transport})
 	s := newEnd(t, testDev{name: string(kind) + "-pair-server", addr: pair.ServerIP, transport: transport})
+	watchTCP(w, c, s)
 	noReads(t, c, s)
 	l := listenOn(t, s.ia, driver.ListenConfig{KeepAliveConfig: ka})
 	done := serve(t, l, s, nil)
@@ -203,7 +210,7 @@ func TestKeepAliveNoReadGranted(t *testing.T) {
 		}
 		ka := net.KeepAliveConfig{Enable: true, Idle: 100 * time.Millisecond, Interval: time.Second, Count: 2}
 		t.Run("tcp", func(t *testing.T) {
-			c, s := keepAliveServerOnly(t, d, ka)
+			c, s := keepAliveServerOnly(t, d, ka, tcpWatch{})
 			if s.qp.conn.ord != 0 {
 				t.Errorf("server ORD %d, want 0: keepalive needs no Read", s.qp.conn.ord)
 			}
@@ -221,8 +228,7 @@ func TestKeepAliveNoReadGranted(t *testing.T) {
 			}
 		})
 		t.Run("read", func(t *testing.T) {
-			withoutSockDiag(t)
-			c, s := keepAliveServerOnly(t, d, ka)
+			c, s := keepAliveServerOnly(t, d, ka, noSockDiag)
 			if s.qp.conn.ord != 0 {
 				t.Errorf("server ORD %d, want 0 against a client with IRD 0", s.qp.conn.ord)
 			}
@@ -249,9 +255,10 @@ func watchesTCP(e *end) bool {
 
 // keepAliveServerOnly connects two ends configured as rdmanet's (no RDMA
 // Read either way), with keepalive ka on the server end only.
-func keepAliveServerOnly(t *testing.T, d testDev, ka net.KeepAliveConfig) (c, s *end) {
+func keepAliveServerOnly(t *testing.T, d testDev, ka net.KeepAliveConfig, w tcpWatch) (c, s *end) {
 	t.Helper()
 	c, s = newEnd(t, d), newEnd(t, d)
+	watchTCP(w, c, s)
 	noReads(t, c, s)
 	connectKeptAlive(t, c, s, driver.ConnectOptions{KeepAlive: -1}, ka)
 	return c, s

@@ -3,35 +3,15 @@
 package verbs
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/rdmanet/rdmanet/dat/driver"
+	"github.com/rdmanet/rdmanet/internal/testutil"
 )
-
-// syncBuffer is a bytes.Buffer that a logger may write from the IA's
-// event loop while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestDebugLog: the provider's diagnostics go through log/slog, to the
 // logger the IA was opened with (driver.OpenConfig.Logger), at Debug
@@ -40,7 +20,7 @@ func (s *syncBuffer) String() string {
 // none of them.
 func TestDebugLog(t *testing.T) {
 	forEachDevice(t, func(t *testing.T, d testDev) {
-		open := func(level slog.Level, w *syncBuffer) *IA {
+		open := func(level slog.Level, w *testutil.SyncBuffer) *IA {
 			x, err := Driver{}.OpenWith(context.Background(), driver.OpenConfig{
 				Args:   []string{d.addr},
 				Logger: slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})),
@@ -51,7 +31,7 @@ func TestDebugLog(t *testing.T) {
 			t.Cleanup(func() { x.Close() })
 			return iaOf(t, x)
 		}
-		var debug, info syncBuffer
+		var debug, info testutil.SyncBuffer
 		s := newEndOn(t, open(slog.LevelDebug, &debug))
 		quiet := newEndOn(t, open(slog.LevelInfo, &info))
 		connectPair(t, newEnd(t, d), s)
