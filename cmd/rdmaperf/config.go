@@ -38,6 +38,8 @@ type config struct {
 	// wait is how blocked calls wait for completions (dat.PollPolicy).
 	wait   dat.PollPolicy
 	buffer int
+	// noImm: rdmanet.Dialer/ListenConfig.NoWriteImm.
+	noImm bool
 	// stats: print the rdmanet connection's Stats when done.
 	stats bool
 	// Diagnostics: files for a CPU profile and an execution trace.
@@ -76,6 +78,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&c.echo, "echo", false, "client, rdmanet bw: the server sends everything back (rstream's bandwidth test)")
 	fs.IntVar(&c.depth, "depth", 128, "client, dat bw: RDMA Writes outstanding (perftest's tx-depth)")
 	fs.IntVar(&c.buffer, "buffer", 0, "rdmanet: ring and staging buffer size in bytes, each side (0: adaptive, from rdmanet.DefaultBufferSize up to rdmanet.MaxBufferSize)")
+	fs.BoolVar(&c.noImm, "no-imm", false, "rdmanet: announce data with control Sends only, never as RDMA Write with Immediate (rdmanet.Dialer.NoWriteImm)")
 	fs.BoolVar(&c.poll, "poll", false, "dat: busy-poll the EVDs (dat_evd_dequeue) instead of waiting")
 	fs.StringVar(&wait, "wait", "adaptive", "rdmanet and dat: how a blocked call waits for completions: adaptive (spin, then sleep), busy or event")
 	fs.DurationVar(&c.wait.Spin, "spin", 0, "rdmanet and dat, --wait adaptive: the spin before sleeping (0: the provider's advice)")

@@ -32,7 +32,7 @@ func streamListen(ctx context.Context, cfg *config) (net.Listener, error) {
 		var lc net.ListenConfig
 		return lc.Listen(ctx, "tcp", cfg.listenAddr())
 	}
-	lc := rdmanet.ListenConfig{IA: cfg.ia, Backlog: 1, BufferSize: cfg.buffer, Poll: cfg.wait}
+	lc := rdmanet.ListenConfig{IA: cfg.ia, Backlog: 1, BufferSize: cfg.buffer, Poll: cfg.wait, NoWriteImm: cfg.noImm}
 	return lc.Listen(ctx, "rdma", cfg.listenAddr())
 }
 
@@ -42,7 +42,7 @@ func streamDial(ctx context.Context, cfg *config, addr string) (net.Conn, error)
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", addr)
 	}
-	d := rdmanet.Dialer{IA: cfg.ia, NoDup: true, BufferSize: cfg.buffer, Poll: cfg.wait}
+	d := rdmanet.Dialer{IA: cfg.ia, NoDup: true, BufferSize: cfg.buffer, Poll: cfg.wait, NoWriteImm: cfg.noImm}
 	return d.DialContext(ctx, "rdma", addr)
 }
 

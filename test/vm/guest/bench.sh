@@ -332,6 +332,16 @@ row dat-lat "DAT Send/Recv half RTT (median), 64 B, rxe0" "ib_send_lat -R -s 64 
 row info-lat-event "rdmanet half RTT (median), 64 B, rxe0, event-only wait" "ib_send_lat -R -e (event mode, t_typical)" µs "-" \
 	-- perftest ib_send_lat 5 rxe0 "$RXE" -e -s 64 -n "$LAT_N" \
 	-- rdmaperf lat_p50_us "verbs:$RXE" "$RXE" rdmanet --test lat --size 64 --iters "$LAT_N" --wait event
+# What RDMA Write with Immediate saves: the same stream with every
+# announcement a control Send (--no-imm; the client's Hello then lacks
+# the capability, so neither side uses it) and with the default.
+for size in 65536 1048576; do
+	n=$BW64_N
+	[ "$size" = 1048576 ] && n=$BW1M_N
+	row "info-imm-bw-$size" "rdmanet bw, $size-byte writes, rxe0, Write with Immediate" "rdmanet --no-imm (control Sends)" MiB/s "-" \
+		-- rdmaperf MiBps "verbs:$RXE" "$RXE" rdmanet --test bw --size "$size" --iters "$n" --no-imm \
+		-- rdmaperf MiBps "verbs:$RXE" "$RXE" rdmanet --test bw --size "$size" --iters "$n"
+done
 # The spin sweep behind the verbs provider's default spin (defaultSpin in
 # dat/verbs): the same ping-pong with the waiter spinning that long
 # before it sleeps on the completion channel.
