@@ -25,6 +25,20 @@ import (
 // two processes on loopback: zero-copy 1 MiB Writes cut the writer's user
 // CPU from 0.15-0.19 s to 0.03-0.08 s per 2 GiB; at 64 KiB, waiting for
 // each Write's completion cost more than the copy saved.)
+//
+// On verbs, registering for the call does not pay either: in the test VM
+// (BenchmarkWriteDirect, medians of 5, 1 and 4 MiB Writes) zero-copy was
+// 3-8% slower on rxe and 4-35% slower on siw than staging, within the
+// noise (p 0.22-0.84). What would pay is a registration cache, registering
+// a buffer once for many Writes, as UCX's rcache does. A cache is not
+// safe over Go memory: the runtime hands freed heap pages back to the
+// kernel (madvise) while they are still registered, and the next use of
+// that address gets fresh pages the registration does not map, so a
+// cached region would send stale bytes. UCX keeps its cache right by
+// intercepting munmap and madvise; Go offers no such hook. Only on-demand
+// paging (IBV_ACCESS_ON_DEMAND, which keeps a region in step with the page
+// tables) would make it safe, and rxe on the kernels we test has none. So
+// verbs keeps staging (directMin 0).
 const directMinIWARP = 256 << 10
 
 // directMin is the smallest Write c sends zero-copy; 0 for never.
