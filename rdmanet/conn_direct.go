@@ -27,9 +27,9 @@ import (
 // each Write's completion cost more than the copy saved.)
 //
 // On verbs, registering for the call does not pay either: in the test VM
-// (BenchmarkWriteDirect, medians of 5, 1 and 4 MiB Writes) zero-copy was
-// 3-8% slower on rxe and 4-35% slower on siw than staging, within the
-// noise (p 0.22-0.84). What would pay is a registration cache, registering
+// (BenchmarkWriteDirect, medians of 5, 1 and 4 MiB Writes) zero-copy
+// moved 3-7% less than staging on rxe and 4-34% less on siw, differences
+// benchstat does not call significant (p 0.22-0.84). What would pay is a registration cache, registering
 // a buffer once for many Writes, as UCX's rcache does. A cache is not
 // safe over Go memory: the runtime hands freed heap pages back to the
 // kernel (madvise) while they are still registered, and the next use of
