@@ -21,10 +21,17 @@ import (
 // measured on loopback (2 cores, two processes), 1 MiB writes ran at
 // 1.4 GB/s with a 256 KiB ring and 2.6 GB/s with 1 MiB; 4 MiB gained
 // nothing more there and cost a third inside one process, where ring and
-// staging then no longer stay in cache. So MaxBufferSize is 1 MiB. An
-// idle connection, on the other hand, should cost little: 16 KiB rings
-// keep an idle end at 56 KiB of registered memory (BenchmarkConnMemory). So an adaptive connection (BufferSize
-// 0) starts small and lets the measured need drive the size:
+// staging then no longer stay in cache. So MaxBufferSize is 1 MiB.
+// Re-measured between processes once Writes of 256 KiB and more went
+// zero-copy (issue 11, rdmaperf, interleaved runs of 10): a 4 MiB cap with
+// 512 KiB reservations ran 1 MiB writes 4.8% faster in one run
+// (p=0.005) and 1.9% in the next (p=0.91, with 19% more CPU per byte,
+// p=0.014), and 64 KiB writes no faster: the window is not what bounds a
+// stream there (see the package doc, Two processes). An idle connection,
+// on the other hand, should cost little: 16 KiB rings keep an idle end at
+// 56 KiB of registered memory (BenchmarkConnMemory). So an adaptive
+// connection (BufferSize 0) starts small and lets the measured need drive
+// the size:
 //
 //   - Grow. The reader sees the round trip is the bottleneck when a Read
 //     drains its ring while the writer, as far as the reader's last report
