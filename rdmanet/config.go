@@ -72,5 +72,5 @@ func (cfg connConfig) fixedSize() int {
 // ring cost ~25% throughput in extra control messages, a whole ring
 // gained nothing over a half. Between two processes, a quarter, an eighth
 // and a sixteenth of the 1 MiB ring made no difference beyond the noise
-// at 64 KiB or 1 MiB writes, issue 11.)
+// at 64 KiB or 1 MiB writes.)
 func chunk(peer ring.Ring) uint64 { return max(peer.Size/2, 4096) }

@@ -245,7 +245,7 @@ func (c *Conn) stageAtSignal() uint64 {
 // (Between two processes, batches of half or an eighth of the ring moved
 // neither 64 KiB nor 1 MiB writes beyond the noise, and neither did a
 // Read that returns credit as it copies, a piece of the ring at a time,
-// which cost 8% more CPU per byte at 1 MiB, p=0.022; issue 11.)
+// which cost 8% more CPU per byte at 1 MiB, p=0.022.)
 // Callers hold c.mu.
 func (c *Conn) returnDueLocked() bool {
 	size := c.recv.size()

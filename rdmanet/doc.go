@@ -89,7 +89,7 @@
 // Between two processes on one host (loopback iWARP, two shared cores),
 // large streams ran at 0.60× to 0.66× TCP with 1 MiB Writes and 0.80× to
 // 0.96× with 64 KiB ones (scripts/bench-loopback.sh, two runs of 4 and 5
-// rounds; the 64 KiB differences were within the noise; issue 11), and
+// rounds; the 64 KiB differences were within the noise), and
 // neither process uses its core: profiled, each was busy about 60% of
 // the run.
 // The stream is a loop of waits, not of work. The writer waits for ring

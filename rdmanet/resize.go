@@ -23,7 +23,7 @@ import (
 // nothing more there and cost a third inside one process, where ring and
 // staging then no longer stay in cache. So MaxBufferSize is 1 MiB.
 // Re-measured between processes once Writes of 256 KiB and more went
-// zero-copy (issue 11, rdmaperf, interleaved runs of 10): a 4 MiB cap with
+// zero-copy (rdmaperf, interleaved runs of 10): a 4 MiB cap with
 // 512 KiB reservations ran 1 MiB writes 4.8% faster in one run
 // (p=0.005) and 1.9% in the next (p=0.91, with 19% more CPU per byte,
 // p=0.014), and 64 KiB writes no faster: the window is not what bounds a
