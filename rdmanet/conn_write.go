@@ -142,14 +142,17 @@ func (c *Conn) postData(k uint64) bool {
 }
 
 // postWrites RDMA-writes k bytes to the peer's ring at sProd, then
-// announces them. The bytes come from the staging buffer at stProd, or,
+// announces them: with the last Write's immediate data where that was
+// negotiated and can say it (imm.go), else with a control Send; all of it
+// in one list (sendlist.go). The bytes come from the staging buffer at stProd, or,
 // when direct is set, from the caller's registered buffer it describes
 // (a zero-copy Write; see conn_direct.go). Each RDMA Write targets one
 // contiguous piece of the peer's ring (split in two at its wrap) and
 // gathers from at most two pieces of the source. The Writes are posted
-// with SUPPRESS, unless signal asks a completion of the last one: the
-// control Send after them completes only after they did (completions come
-// in post order), which releases their staging space. It returns the
+// with SUPPRESS, unless signal asks a completion of the last one: a later
+// signalled request (the control Send after them, or one of a later
+// chunk) completes only after they did (completions come in post order),
+// which releases their staging space. It returns the
 // sequence number of the last Write, and reports false, posting nothing,
 // when Close came in between reserve and now: its FIN may already be out,
 // and no data may follow a FIN.
