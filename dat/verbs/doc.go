@@ -243,7 +243,13 @@
 // busy-polling with each request posted alone rather than in a list. The
 // reader stalls with nothing new in its CQ although it polls without
 // sleeping, so no completion-channel wake-up is lost; the stall follows
-// the control Sends, not post lists. Its cause is still open.
+// the control Sends, not post lists. Nor is it rxe's: caught in a stall,
+// the link's counters show every Send received (rdma_sends equal to
+// rdma_recvs, no retry, RNR or sequence errors) and each QP's send PSN
+// equals its peer's receive PSN, so nothing is in flight or lost, while
+// the writer waits in rdmanet's reserve and the reader in Read, with no
+// goroutine driving a pending control message. The cause is in rdmanet's
+// or dat's accounting, and is still open.
 //
 // # Write with Immediate and post lists
 //
