@@ -115,7 +115,7 @@ func (ep *EP) post(kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTrip
 	// by qmu): a stack array would escape through the provider interface
 	// and allocate on every post.
 	var p dtoPost
-	if err := ep.prepare(&p, v, kind, iov, cookie, remote, imm, flags, scratch[:0]); err != nil {
+	if _, err := ep.prepare(&p, v, kind, iov, cookie, remote, imm, flags, scratch[:0]); err != nil {
 		return err
 	}
 	if recv {
@@ -175,12 +175,13 @@ type dtoPost struct {
 
 // prepare checks one request against the EP's view (state, flags, depths,
 // segments against their LMRs, lengths) and fills p, its segments
-// appended to sges. Callers hold the queue's post lock.
-func (ep *EP) prepare(p *dtoPost, v *epView, kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTriplet, imm uint32, flags CompletionFlags, sges []driver.SGE) error {
+// appended to sges; it returns sges with them. Callers hold the queue's
+// post lock.
+func (ep *EP) prepare(p *dtoPost, v *epView, kind dtoKind, iov []LMRTriplet, cookie uint64, remote RMRTriplet, imm uint32, flags CompletionFlags, sges []driver.SGE) ([]driver.SGE, error) {
 	op := kind.op()
 	ia := ep.ia
 	if kind == kindWriteImm && !ia.attr.WriteImm {
-		return newError(op, ModelNotSupported, NoSubtype, "the provider's transport has no RDMA Write with Immediate")
+		return sges, newError(op, ModelNotSupported, NoSubtype, "the provider's transport has no RDMA Write with Immediate")
 	}
 	a := &v.attr
 	recv := kind == kindRecv
@@ -189,13 +190,13 @@ func (ep *EP) prepare(p *dtoPost, v *epView, kind dtoKind, iov []LMRTriplet, coo
 	// need a connection (dat_ep_post_send: CONNECTED, or DISCONNECTED where
 	// they flush).
 	if recv && v.srq {
-		return newError(op, InvalidState, NoSubtype, "the EP receives from an SRQ: post receives to the SRQ")
+		return sges, newError(op, InvalidState, NoSubtype, "the EP receives from an SRQ: post receives to the SRQ")
 	}
 	if !recv && v.state != EPConnected && v.state != EPDisconnected {
-		return newError(op, InvalidState, v.state.subtype(), "EP is %v", v.state)
+		return sges, newError(op, InvalidState, v.state.subtype(), "EP is %v", v.state)
 	}
 	if recv && !v.recv || !recv && !v.req {
-		return newError(op, InvalidState, NoSubtype, "the EP has no EVD for this completion stream")
+		return sges, newError(op, InvalidState, NoSubtype, "the EP has no EVD for this completion stream")
 	}
 
 	// Flags.
@@ -209,13 +210,13 @@ func (ep *EP) prepare(p *dtoPost, v *epView, kind dtoKind, iov []LMRTriplet, coo
 		allowed |= CompletionUnsignalled
 	}
 	if flags&^allowed != 0 {
-		return newError(op, InvalidParameter, Arg(5), "completion flags %#x: allowed here are %#x", flags, allowed)
+		return sges, newError(op, InvalidParameter, Arg(5), "completion flags %#x: allowed here are %#x", flags, allowed)
 	}
 
 	// An EP with max_rdma_read_out 0 negotiated no outbound Read depth:
 	// the peer would refuse the Read (siw) or never answer it (rxe).
 	if kind == kindRead && a.MaxRDMAReadOut == 0 {
-		return newError(op, InvalidState, NoSubtype, "max_rdma_read_out is 0: set it with dat_ep_modify before connecting to post RDMA Reads")
+		return sges, newError(op, InvalidState, NoSubtype, "max_rdma_read_out is 0: set it with dat_ep_modify before connecting to post RDMA Reads")
 	}
 
 	// Segments.
@@ -229,7 +230,7 @@ func (ep *EP) prepare(p *dtoPost, v *epView, kind dtoKind, iov []LMRTriplet, coo
 		maxIOV = min(a.MaxRequestIOV, nonZero(a.MaxRDMAReadIOV, v.maxReadSGE))
 	}
 	if len(iov) > maxIOV {
-		return newError(op, InvalidParameter, Arg(2), "%d segments exceed the EP's limit of %d", len(iov), maxIOV)
+		return sges, newError(op, InvalidParameter, Arg(2), "%d segments exceed the EP's limit of %d", len(iov), maxIOV)
 	}
 	var total uint64
 	needWrite := kind == kindRecv || kind == kindRead
@@ -241,7 +242,7 @@ func (ep *EP) prepare(p *dtoPost, v *epView, kind dtoKind, iov []LMRTriplet, coo
 		}
 		if err := ia.checkLocal(op, v.pz, t, needWrite); err != nil {
 			ia.lmrMu.RUnlock()
-			return err
+			return sges, err
 		}
 		sges = append(sges, driver.SGE{Addr: t.Addr, Length: t.Length, LKey: t.Context})
 		total += uint64(t.Length)
@@ -250,21 +251,21 @@ func (ep *EP) prepare(p *dtoPost, v *epView, kind dtoKind, iov []LMRTriplet, coo
 	switch kind {
 	case kindRecv, kindSend:
 		if total > uint64(a.MaxMessageSize) {
-			return newError(op, LengthError, NoSubtype, "%d bytes exceed max_message_size %d", total, a.MaxMessageSize)
+			return sges, newError(op, LengthError, NoSubtype, "%d bytes exceed max_message_size %d", total, a.MaxMessageSize)
 		}
 	case kindWrite, kindWriteImm:
 		if total > uint64(a.MaxRDMASize) {
-			return newError(op, LengthError, NoSubtype, "%d bytes exceed max_rdma_size %d", total, a.MaxRDMASize)
+			return sges, newError(op, LengthError, NoSubtype, "%d bytes exceed max_rdma_size %d", total, a.MaxRDMASize)
 		}
 		if total > uint64(remote.Length) {
-			return newError(op, LengthError, NoSubtype, "%d local bytes do not fit the %d-byte remote segment", total, remote.Length)
+			return sges, newError(op, LengthError, NoSubtype, "%d local bytes do not fit the %d-byte remote segment", total, remote.Length)
 		}
 	case kindRead:
 		if uint64(remote.Length) > uint64(a.MaxRDMASize) {
-			return newError(op, LengthError, NoSubtype, "%d bytes exceed max_rdma_size %d", remote.Length, a.MaxRDMASize)
+			return sges, newError(op, LengthError, NoSubtype, "%d bytes exceed max_rdma_size %d", remote.Length, a.MaxRDMASize)
 		}
 		if uint64(remote.Length) > total {
-			return newError(op, LengthError, NoSubtype, "the %d-byte remote segment does not fit %d local bytes", remote.Length, total)
+			return sges, newError(op, LengthError, NoSubtype, "the %d-byte remote segment does not fit %d local bytes", remote.Length, total)
 		}
 	}
 	mode := deliverNotify
@@ -294,7 +295,7 @@ func (ep *EP) prepare(p *dtoPost, v *epView, kind dtoKind, iov []LMRTriplet, coo
 			p.flags |= driver.SendFence
 		}
 	}
-	return nil
+	return sges, nil
 }
 
 // push enters p into q and returns its WRID. Callers hold q.mu and

@@ -65,18 +65,15 @@ func (ep *EP) PostSendList(reqs []SendRequest) (int, error) {
 		}
 		sc.posts = append(sc.posts, dtoPost{})
 		p := &sc.posts[i]
-		if err := ep.prepare(p, v, kind, r.IOV, r.Cookie, r.Remote, r.Imm, r.Flags, sc.sges); err != nil {
+		if sc.sges, err = ep.prepare(p, v, kind, r.IOV, r.Cookie, r.Remote, r.Imm, r.Flags, sc.sges); err != nil {
 			if e, ok := err.(*Error); ok {
 				e.Detail = "request " + strconv.Itoa(i) + ": " + e.Detail
 			}
 			return 0, err
 		}
-		// prepare appended p's segments past sc.sges, in its array or,
-		// when that was full, in a new one: keep them in sc.sges either
-		// way (a copy onto themselves in the first case).
-		sc.sges = append(sc.sges, p.sges...)
 	}
-	// Segments by offset: the slice may have grown while appending.
+	// Each post's segments by offset: a later append may have moved the
+	// array its slice points into.
 	off := 0
 	for i := range sc.posts {
 		n := len(sc.posts[i].sges)

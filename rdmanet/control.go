@@ -171,9 +171,8 @@ func (c *Conn) postControlLocked(payload []byte) {
 	seq := c.posted
 	c.posted++
 	c.stageEnd[seq%uint64(c.cfg.sendDepth)] = c.stProd
-	m := wire.Control{Prod: c.sProd, Cons: c.rCons, Grant: c.cc.sent(), Seq: c.ctrlOut, Inline: payload}
-	c.ctrlOut++
-	c.st.ctrlSent++
+	grant, num := c.messageOutLocked()
+	m := wire.Control{Prod: c.sProd, Cons: c.rCons, Grant: grant, Seq: num, Inline: payload}
 	if c.finWanted {
 		m.Flags |= wire.FlagFIN
 		c.finSent = true
@@ -188,7 +187,7 @@ func (c *Conn) postControlLocked(payload []byte) {
 		m.Switch = c.switchPos
 		c.switchUnsent = false
 	}
-	c.sProdSent, c.rReported, c.firstDue, c.syncDue = c.sProd, c.rCons, false, false
+	c.rReported, c.firstDue, c.syncDue = c.rCons, false, false
 	if h := testControl.Load(); h != nil {
 		// A copy, so that m itself does not escape (and allocate) in
 		// every call.
@@ -216,6 +215,18 @@ func (c *Conn) postControlLocked(payload []byte) {
 	if !c.sends.open {
 		c.submitSends()
 	}
+}
+
+// messageOutLocked records a message to the peer, a control Send or an
+// immediate announcement (imm.go): it takes a credit and returns the
+// grant the message carries and its sequence number, and it announces
+// everything written so far. Callers hold c.mu.
+func (c *Conn) messageOutLocked() (grant uint16, seq uint32) {
+	grant, seq = c.cc.sent(), c.ctrlOut
+	c.ctrlOut++
+	c.st.ctrlSent++
+	c.sProdSent = c.sProd
+	return grant, seq
 }
 
 // signalDueLocked decides whether a control Send asks for a completion.

@@ -44,21 +44,18 @@ func (c *Conn) announceImmLocked() (uint32, bool) {
 		return 0, false
 	}
 	adv := c.sProd - c.sProdSent
-	if adv > wire.MaxImmAdvance || c.cc.ungranted > wire.MaxImmGrant {
-		return 0, false
+	if adv > wire.MaxImmAdvance {
+		return 0, false // (a uint32 conversion below must not wrap)
 	}
-	v, err := wire.AppendImm(wire.Imm{Grant: uint16(c.cc.ungranted), Advance: uint32(adv)})
+	v, err := wire.AppendImm(wire.Imm{Grant: uint16(min(c.cc.ungranted, wire.MaxImmGrant+1)), Advance: uint32(adv)})
 	if err != nil {
-		return 0, false // checked above; a Send says it instead
+		return 0, false // a field does not fit: a Send says it instead
 	}
 	if h := testImm.Load(); h != nil {
 		(*h)(c, &v)
 	}
-	c.cc.sent()
-	c.ctrlOut++
-	c.st.ctrlSent++
+	c.messageOutLocked()
 	c.st.immWrites++
-	c.sProdSent = c.sProd
 	return v, true
 }
 
