@@ -31,6 +31,15 @@ import (
 // and the poller sleeps only if kicks has not moved since: the poller
 // stores blocked before it reads kicks and a kicker adds to kicks before
 // it reads blocked, so one of them always sees the other.
+//
+// Events that another goroutine applied count as a change too, and the
+// goroutine that applies them adds to kicks before it lets go of pollMu.
+// Otherwise a waiter that checked the state just before they were
+// applied, and took pollMu just after, would find the EVD empty and
+// sleep, though the state it waits for is already there: with no further
+// event coming (the peer waits for it), for good. Two goroutines poll in
+// turn whenever a Conn has two waiters, a Read and a Write, or a Write
+// and the goroutine that drives a pending control message (control.go).
 type progress struct {
 	kicks      atomic.Uint64
 	blocked    atomic.Bool
@@ -53,6 +62,9 @@ func (c *Conn) kick() {
 // when another goroutine polls; the caller then waits on its wake
 // channel, which that goroutine signals.
 func (c *Conn) poll(kicks uint64) bool {
+	if h := testBeforePoll.Load(); h != nil {
+		(*h)(c)
+	}
 	if !c.pollMu.TryLock() {
 		return false
 	}
@@ -79,6 +91,7 @@ func (c *Conn) poll(kicks uint64) bool {
 		// control message.
 		c.afterEvents()
 		c.flushControl()
+		c.pr.kicks.Add(1) // for the waiters that looked before (above)
 	}
 	c.pollMu.Unlock()
 	// Every waiter looks again, so that if the one it waits for is not
@@ -86,6 +99,11 @@ func (c *Conn) poll(kicks uint64) bool {
 	c.wakeAll()
 	return true
 }
+
+// testBeforePoll, nil outside tests, runs as poll begins: between a
+// waiter's look at the Conn and its turn to poll, where another goroutine
+// may apply events (see progress).
+var testBeforePoll atomic.Pointer[func(*Conn)]
 
 // pollQueued applies the events already queued on c's EVD, without
 // waiting for more, unless another goroutine polls c.
@@ -96,6 +114,7 @@ func (c *Conn) pollQueued() {
 	if c.drainEvents() > 0 {
 		c.afterEvents()
 		c.flushControl()
+		c.pr.kicks.Add(1)
 	}
 	c.pollMu.Unlock()
 	c.wakeAll()
