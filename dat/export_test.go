@@ -1,8 +1,23 @@
 package dat
 
+import "time"
+
 // SetHookBeforeEstablished sets testHookBeforeEstablished for a test and
 // returns the function that clears it.
 func SetHookBeforeEstablished(f func()) (restore func()) {
 	testHookBeforeEstablished = f
 	return func() { testHookBeforeEstablished = nil }
+}
+
+// SpinBackoff is the EVD's current adaptive back-off (spinBackoff).
+func (e *EVD) SpinBackoff() uint32 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.spinBackoff
+}
+
+// SetSpinAdvice makes ia's provider advise a spin of d (IAAttr.Spin), as
+// a device's provider does, for a test on the pure-Go provider.
+func SetSpinAdvice(ia *IA, d time.Duration) {
+	ia.attr.Spin = d
 }

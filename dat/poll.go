@@ -13,7 +13,10 @@ const (
 	// signals a completion. A spin that runs out without its event makes
 	// the next waits sleep at once (1, 2, 4, ... up to 64 of them), so a
 	// spin that does not pay, because the completion comes from
-	// somewhere the spin keeps from running, costs little. It is the
+	// somewhere the spin keeps from running, costs little; where the
+	// provider advises a spin, a wait that ends within four spin times
+	// of its start makes the next one spin again, so that both ends of a
+	// request/response exchange do not settle into sleeping. It is the
 	// default.
 	PollAdaptive PollMode = iota
 	// PollBusy never sleeps: the waiter polls until its event comes or

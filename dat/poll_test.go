@@ -103,3 +103,38 @@ func TestPollPolicies(t *testing.T) {
 		})
 	}
 }
+
+// TestAdaptiveBackOff follows PollAdaptive's back-off. A wait much longer
+// than the spin starts it; a wait that ends within four spin times of its
+// start ends it where the provider advises a spin (a device's
+// completions, which a spin cannot delay), and not where it advises none
+// (the pure-Go provider's, which a spin may hold back).
+func TestAdaptiveBackOff(t *testing.T) {
+	// Generous times: the waits end on a timer, and only which side of
+	// four spins (400 ms) they end on matters.
+	const spin = 100 * time.Millisecond
+	for _, advised := range []bool{false, true} {
+		t.Run(fmt.Sprintf("advised=%v", advised), func(t *testing.T) {
+			p := pollSide(t, dat.PollPolicy{Mode: dat.PollAdaptive, Spin: spin})
+			if advised {
+				dat.SetSpinAdvice(p.ia, time.Millisecond)
+			}
+			waitAfter := func(d time.Duration) {
+				t.Helper()
+				tm := time.AfterFunc(d, func() { p.evd.PostSE(nil) })
+				defer tm.Stop()
+				ev, _, err := p.evd.Wait(dat.TimeoutOf(eventWait), 1)
+				require.NoError(t, err)
+				require.Equal(t, dat.SoftwareEvent, ev.Number)
+			}
+			waitAfter(6 * spin) // the spin runs out, and so does the exchange
+			require.Equal(t, uint32(1), p.evd.SpinBackoff(), "after a spin that ran out")
+			waitAfter(spin / 2) // sleeps at once (the back-off), ends soon
+			want := uint32(1)
+			if advised {
+				want = 0
+			}
+			require.Equal(t, want, p.evd.SpinBackoff(), "after a short wait")
+		})
+	}
+}
