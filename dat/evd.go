@@ -99,10 +99,12 @@ const maxSpinBackoff = 64
 // at most a spin per such wait, and lets both ends meet in the fast
 // state. An idle connection's waits are far longer and still back off.
 // It applies only where the provider advises a spin (driver.IAAttr.Spin):
-// its completions come from a device, which a spin cannot delay. Where
-// completions come from goroutines of this process (iwarp), a spin that
+// its completions come from a device, which a spin cannot delay, or its
+// CQ does the provider's work in the spin itself (driver.CQProgresser:
+// iwarp, which then also advises a spin). Where completions come from
+// goroutines of this process that a spin keeps from running, a spin that
 // ran out may itself have held the completion back until just after it,
-// and only the back-off breaks that.
+// and only the back-off breaks that; such a provider advises no spin.
 const activeSpans = 4
 
 // pollBatch is how many completions one CQ poll takes.

@@ -16,8 +16,8 @@ func (e *EVD) SpinBackoff() uint32 {
 	return e.spinBackoff
 }
 
-// SetSpinAdvice makes ia's provider advise a spin of d (IAAttr.Spin), as
-// a device's provider does, for a test on the pure-Go provider.
+// SetSpinAdvice makes ia's provider advise a spin of d (IAAttr.Spin),
+// for a test that needs a provider advising a spin or none.
 func SetSpinAdvice(ia *IA, d time.Duration) {
 	ia.attr.Spin = d
 }

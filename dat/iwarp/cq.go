@@ -50,7 +50,10 @@ type CQ struct {
 	sockConn *connection
 }
 
-var _ driver.CQ = (*CQ)(nil)
+var (
+	_ driver.CQ           = (*CQ)(nil)
+	_ driver.CQProgresser = (*CQ)(nil)
+)
 
 func newCQ(size int) *CQ {
 	cq := &CQ{
@@ -223,6 +226,21 @@ func (cq *CQ) Wait(deadline time.Time) error {
 	cq.intr = false
 	cq.mu.Unlock()
 	return err
+}
+
+// Progress is driver.CQProgresser's: on a CQ that one connection's
+// receives complete on, a spinning waiter reads that connection's socket
+// itself, without waiting (rxrole.go). It does nothing while the CQ holds
+// completions, which the waiter polls first.
+func (cq *CQ) Progress() bool {
+	cq.mu.Lock()
+	c := cq.rxConn
+	busy := cq.closed || cq.q.len() > 0
+	cq.mu.Unlock()
+	if c == nil || busy {
+		return false
+	}
+	return c.progressRx()
 }
 
 // Interrupt makes the current or next Wait return. It never blocks.
