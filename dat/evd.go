@@ -561,10 +561,20 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 		}
 		switch {
 		case policy.Mode == PollBusy || spinning:
-			if e.prog != nil && e.prog.Progress() {
-				// The provider found work for the CQ: poll again before
-				// giving the processor away.
-				break
+			if e.prog != nil {
+				found, stop := e.prog.Progress()
+				if stop && spinning {
+					// The work is the provider's goroutines' now: spinning
+					// would keep them from the processor. Sleep, without
+					// counting the spin as one that missed.
+					spinning = false
+					break
+				}
+				if found {
+					// The provider found work for the CQ: poll again
+					// before giving the processor away.
+					break
+				}
 			}
 			spins++
 			if spins%napEvery == 0 && (policy.Mode == PollBusy || e.prog == nil) {

@@ -21,3 +21,11 @@ func (e *EVD) SpinBackoff() uint32 {
 func SetSpinAdvice(ia *IA, d time.Duration) {
 	ia.attr.Spin = d
 }
+
+// NoProgress makes e's waiters spin on polls alone, as on a provider
+// whose CQs are no driver.CQProgresser: for a test of the spin itself
+// on an EVD whose CQ no connection feeds (where iwarp's Progress would
+// end every spin at once).
+func NoProgress(e *EVD) {
+	e.prog = nil
+}

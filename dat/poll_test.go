@@ -122,6 +122,7 @@ func TestAdaptiveBackOff(t *testing.T) {
 				advice = time.Millisecond
 			}
 			dat.SetSpinAdvice(p.ia, advice)
+			dat.NoProgress(p.evd)
 			waitAfter := func(d time.Duration) {
 				t.Helper()
 				tm := time.AfterFunc(d, func() { p.evd.PostSE(nil) })

@@ -144,11 +144,15 @@ type CQ interface {
 // waiting for the goroutine, which a spinning waiter would keep from the
 // processor. Package dat calls Progress between the polls of a spinning
 // waiter (PollAdaptive's spin, PollBusy), from the goroutine that polls
-// the CQ, never from a Wait in progress. Progress never blocks; it
+// the CQ, never from a Wait in progress. Progress never blocks. It
 // reports whether it found work (bytes arrived), so that the waiter polls
-// again at once instead of yielding the processor first.
+// again at once instead of yielding the processor first, and stop when
+// the waiter cannot do the work now (it is with the provider's goroutine,
+// or the CQ is not one the provider lets waiters progress): a spin would
+// then only keep that goroutine from the processor, so PollAdaptive's
+// waiter ends its spin and sleeps.
 type CQProgresser interface {
-	Progress() bool
+	Progress() (found, stop bool)
 }
 
 // QP is a reliable-connected queue pair: the transport endpoint behind a DAT

@@ -231,14 +231,19 @@ func (cq *CQ) Wait(deadline time.Time) error {
 // Progress is driver.CQProgresser's: on a CQ that one connection's
 // receives complete on, a spinning waiter reads that connection's socket
 // itself, without waiting (rxrole.go). It does nothing while the CQ holds
-// completions, which the waiter polls first.
-func (cq *CQ) Progress() bool {
+// completions, which the waiter polls first. On any other CQ, one that
+// is closed, or while the connection's receive goroutine has the socket
+// for large FPDUs, it says stop: the completions come from goroutines a
+// spin would keep from running.
+func (cq *CQ) Progress() (found, stop bool) {
 	cq.mu.Lock()
-	c := cq.rxConn
-	busy := cq.closed || cq.q.len() > 0
+	c, closed, n := cq.rxConn, cq.closed, cq.q.len()
 	cq.mu.Unlock()
-	if c == nil || busy {
-		return false
+	switch {
+	case n > 0:
+		return true, false
+	case c == nil || closed:
+		return false, true
 	}
 	return c.progressRx()
 }

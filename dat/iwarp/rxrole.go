@@ -330,26 +330,32 @@ func (c *connection) rxStop() {
 // it is parked, and reports whether it did. A role the receive goroutine
 // holds is asked for: it hands it over at its next FPDU boundary, at once
 // if it waits there for the socket, so that a later call takes it.
-func (c *connection) takeRole() bool {
+// futile reports that no later call will take it soon: the receive
+// goroutine keeps it for large FPDUs (bulk), or the receiver stopped.
+func (c *connection) takeRole() (took, futile bool) {
 	x := &c.rxc
 	if c.rx.idle == nil {
-		return false // the system has no netpoller step for a waiter
+		return false, true // the system has no netpoller step for a waiter
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	switch x.role {
 	case rxParked:
 		x.role = rxWaiter
-		return true
+		return true, false
 	case rxLoop:
-		if !x.want.Load() && !x.bulk {
+		if x.bulk {
+			return false, true
+		}
+		if !x.want.Load() {
 			x.want.Store(true)
 			if x.idle {
 				_ = c.tc.SetReadDeadline(aLongTimeAgo)
 			}
 		}
+		return false, false
 	}
-	return false
+	return false, true
 }
 
 // runWhole runs, for the waiter holding the role, every FPDU the
@@ -381,15 +387,16 @@ func (c *connection) runWhole() bool {
 // on: if the receive role is free, it reads what the socket has, without
 // waiting, and runs every FPDU that arrived whole, so that a spinning
 // waiter finds its completion without a goroutine hand-off (see the top
-// of this file). It reports whether bytes arrived.
-func (c *connection) progressRx() bool {
+// of this file). It reports whether bytes arrived, and stop (as
+// CQ.Progress) once the receive goroutine has, or keeps, the socket.
+func (c *connection) progressRx() (found, stop bool) {
 	rx := c.rx
 	x := &c.rxc
-	if !c.takeRole() {
-		return false
+	if took, futile := c.takeRole(); !took {
+		return false, futile
 	}
 	if !c.runWhole() {
-		return true
+		return true, true
 	}
 	x.mu.Lock()
 	reset := x.stale || !x.rdl.IsZero()
@@ -405,13 +412,13 @@ func (c *connection) progressRx() bool {
 		// As in waitRx: the receive goroutine ends the connection.
 		x.end, x.fatal = true, rx.readErr(rerr, rx.r == rx.w)
 		c.handBack()
-		return true
+		return true, true
 	}
 	if got && !c.runWhole() {
-		return true
+		return true, true
 	}
 	c.release()
-	return got
+	return got, false
 }
 
 // release parks the role a waiter is done with.
@@ -444,7 +451,7 @@ func (c *connection) handBack() {
 func (c *connection) waitRx(cq *CQ, deadline time.Time) (handled bool, err error) {
 	rx := c.rx
 	x := &c.rxc
-	if !c.takeRole() {
+	if took, _ := c.takeRole(); !took {
 		return false, nil
 	}
 	for {
