@@ -34,6 +34,9 @@ type EVD struct {
 	ia    *IA
 	flags EVDFlags
 	cq    driver.CQ // nil unless the EVD carries DTO completions
+	// prog is cq's CQProgresser, if it is one: a spinning waiter lets
+	// it do the provider's work between polls.
+	prog driver.CQProgresser
 
 	// Queue state, guarded by mu. Lock order: ia.mu, then mu, then a work
 	// queue's mu (wrQueue), then the async EVD's mu.
@@ -96,10 +99,12 @@ const maxSpinBackoff = 64
 // at most a spin per such wait, and lets both ends meet in the fast
 // state. An idle connection's waits are far longer and still back off.
 // It applies only where the provider advises a spin (driver.IAAttr.Spin):
-// its completions come from a device, which a spin cannot delay. Where
-// completions come from goroutines of this process (iwarp), a spin that
+// its completions come from a device, which a spin cannot delay, or its
+// CQ does the provider's work in the spin itself (driver.CQProgresser:
+// iwarp, which then also advises a spin). Where completions come from
+// goroutines of this process that a spin keeps from running, a spin that
 // ran out may itself have held the completion back until just after it,
-// and only the back-off breaks that.
+// and only the back-off breaks that; such a provider advises no spin.
 const activeSpans = 4
 
 // pollBatch is how many completions one CQ poll takes.
@@ -204,6 +209,7 @@ func (ia *IA) CreateEVD(qlen int, flags EVDFlags) (*EVD, error) {
 			return nil, providerError(op, err)
 		}
 		e.cq = cq
+		e.prog, _ = cq.(driver.CQProgresser)
 		e.wcs = make([]driver.Completion, pollBatch)
 	}
 	ia.mu.Lock()
@@ -555,8 +561,23 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 		}
 		switch {
 		case policy.Mode == PollBusy || spinning:
+			if e.prog != nil {
+				found, stop := e.prog.Progress()
+				if stop && spinning {
+					// The work is the provider's goroutines' now: spinning
+					// would keep them from the processor. Sleep, without
+					// counting the spin as one that missed.
+					spinning = false
+					break
+				}
+				if found {
+					// The provider found work for the CQ: poll again
+					// before giving the processor away.
+					break
+				}
+			}
 			spins++
-			if spins%napEvery == 0 {
+			if spins%napEvery == 0 && (policy.Mode == PollBusy || e.prog == nil) {
 				// A goroutine that only yields keeps its processor: the
 				// scheduler polls the network only when it runs out of
 				// work, and steals from other processors' queues only
@@ -564,7 +585,13 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 				// goroutines woken by the network poller (iwarp) would
 				// starve: measured, two busy-polling processes on 2 cores
 				// stalled for seconds. A short sleep now and then lets
-				// the scheduler do both.
+				// the scheduler do both. (Short only in name: a sleep
+				// under a millisecond can last up to one, the network
+				// poller's resolution; measured in process on 2 cores,
+				// 0.4 ms on average. So a spin whose provider does its
+				// own work between polls, CQProgresser, does not nap: its
+				// waiter does not depend on the poller, and the spin is
+				// bounded anyway.)
 				time.Sleep(time.Microsecond)
 			} else {
 				runtime.Gosched()

@@ -16,8 +16,16 @@ func (e *EVD) SpinBackoff() uint32 {
 	return e.spinBackoff
 }
 
-// SetSpinAdvice makes ia's provider advise a spin of d (IAAttr.Spin), as
-// a device's provider does, for a test on the pure-Go provider.
+// SetSpinAdvice makes ia's provider advise a spin of d (IAAttr.Spin),
+// for a test that needs a provider advising a spin or none.
 func SetSpinAdvice(ia *IA, d time.Duration) {
 	ia.attr.Spin = d
+}
+
+// NoProgress makes e's waiters spin on polls alone, as on a provider
+// whose CQs are no driver.CQProgresser: for a test of the spin itself
+// on an EVD whose CQ no connection feeds (where iwarp's Progress would
+// end every spin at once).
+func NoProgress(e *EVD) {
+	e.prog = nil
 }

@@ -51,11 +51,18 @@ func (m PollMode) String() string {
 //     microseconds for the same reason.
 //   - From goroutines of this process (the pure-Go iwarp provider, whose
 //     receive goroutine is woken by the network poller): a spinning waiter
-//     holds a processor, and the Go scheduler polls the network only when
-//     it runs out of runnable work, so the spin delays the very completion
-//     it waits for. Measured in process on 2 cores (BenchmarkPingPong,
-//     64 B): 55-68 µs per round trip spinning 50 µs, 24 µs sleeping at
-//     once. The iwarp provider therefore advises no spin.
+//     that only polled would hold a processor, and the Go scheduler polls
+//     the network only when it runs out of runnable work, so the spin
+//     would delay the very completion it waits for (measured in process
+//     on 2 cores, BenchmarkPingPong, 64 B: 55-68 µs per round trip
+//     spinning 50 µs, 24 µs sleeping at once). So such a provider's CQ
+//     does the work itself between the spin's polls
+//     (driver.CQProgresser: iwarp reads the connection's socket, without
+//     waiting), and then a spin pays as on a device: while the peer
+//     answers within it, neither end sleeps and no message needs a
+//     wake-up. The iwarp provider advises 100 µs (none when the process
+//     runs goroutines on one processor, where a spin keeps everything
+//     else from the network poller).
 
 // PollPolicy configures how waiters wait. The zero value is PollAdaptive
 // with the provider's spin.

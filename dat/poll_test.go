@@ -107,8 +107,9 @@ func TestPollPolicies(t *testing.T) {
 // TestAdaptiveBackOff follows PollAdaptive's back-off. A wait much longer
 // than the spin starts it; a wait that ends within four spin times of its
 // start ends it where the provider advises a spin (a device's
-// completions, which a spin cannot delay), and not where it advises none
-// (the pure-Go provider's, which a spin may hold back).
+// completions, which a spin cannot delay, or a CQ that progresses in the
+// spin), and not where it advises none (completions a spin may hold
+// back). The test's provider is made to advise one or the other.
 func TestAdaptiveBackOff(t *testing.T) {
 	// Generous times: the waits end on a timer, and only which side of
 	// four spins (400 ms) they end on matters.
@@ -116,9 +117,12 @@ func TestAdaptiveBackOff(t *testing.T) {
 	for _, advised := range []bool{false, true} {
 		t.Run(fmt.Sprintf("advised=%v", advised), func(t *testing.T) {
 			p := pollSide(t, dat.PollPolicy{Mode: dat.PollAdaptive, Spin: spin})
+			advice := time.Duration(0)
 			if advised {
-				dat.SetSpinAdvice(p.ia, time.Millisecond)
+				advice = time.Millisecond
 			}
+			dat.SetSpinAdvice(p.ia, advice)
+			dat.NoProgress(p.evd)
 			waitAfter := func(d time.Duration) {
 				t.Helper()
 				tm := time.AfterFunc(d, func() { p.evd.PostSE(nil) })

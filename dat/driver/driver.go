@@ -16,8 +16,9 @@
 // finds driver.Pinger: ConfigOpener on a Driver (a logger for the IA),
 // SRQCreator on an IA, WindowAllocator on a PD, WindowBinder and
 // OptionsConnector (a local address and port, a socket hook, keepalive)
-// on a QP, and LocalAccepter on a Request. Options of a listener are fields of ListenConfig, which a
-// provider may ignore where they do not apply.
+// on a QP, LocalAccepter on a Request, and CQProgresser on a CQ. Options
+// of a listener are fields of ListenConfig, which a provider may ignore
+// where they do not apply.
 //
 // # Completions are pulled
 //
@@ -134,6 +135,24 @@ type CQ interface {
 	// Close frees the CQ. Package dat guarantees no QP uses it any more;
 	// a Wait in progress returns.
 	Close() error
+}
+
+// CQProgresser is implemented by a CQ whose completions a spinning waiter
+// can bring about itself: a provider that does in goroutines of its own
+// what a device would do (the pure-Go iWARP provider reads its sockets
+// there) lets the waiter do that work, without blocking, instead of
+// waiting for the goroutine, which a spinning waiter would keep from the
+// processor. Package dat calls Progress between the polls of a spinning
+// waiter (PollAdaptive's spin, PollBusy), from the goroutine that polls
+// the CQ, never from a Wait in progress. Progress never blocks. It
+// reports whether it found work (bytes arrived), so that the waiter polls
+// again at once instead of yielding the processor first, and stop when
+// the waiter cannot do the work now (it is with the provider's goroutine,
+// or the CQ is not one the provider lets waiters progress): a spin would
+// then only keep that goroutine from the processor, so PollAdaptive's
+// waiter ends its spin and sleeps.
+type CQProgresser interface {
+	Progress() (found, stop bool)
 }
 
 // QP is a reliable-connected queue pair: the transport endpoint behind a DAT

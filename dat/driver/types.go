@@ -59,10 +59,12 @@ type IAAttr struct {
 	// Spin is how long a waiter should poll the adapter's CQs before it
 	// sleeps, when the consumer does not say. Zero means sleep at once:
 	// right for a provider whose completions are produced by goroutines
-	// of this process, which a spinning waiter would keep from the
-	// processor (the Go scheduler checks the network poller only when it
-	// runs out of work). A provider whose completions come from a device
-	// gains from a spin that covers its round trip.
+	// of this process and whose CQs are no CQProgresser, since a
+	// spinning waiter would keep those goroutines from the processor (the
+	// Go scheduler checks the network poller only when it runs out of
+	// work). A provider whose completions come from a device, or whose
+	// CQs let the spinning waiter do the work (CQProgresser), gains from a
+	// spin that covers its round trip.
 	Spin time.Duration
 }
 

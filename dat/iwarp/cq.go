@@ -50,7 +50,10 @@ type CQ struct {
 	sockConn *connection
 }
 
-var _ driver.CQ = (*CQ)(nil)
+var (
+	_ driver.CQ           = (*CQ)(nil)
+	_ driver.CQProgresser = (*CQ)(nil)
+)
 
 func newCQ(size int) *CQ {
 	cq := &CQ{
@@ -223,6 +226,26 @@ func (cq *CQ) Wait(deadline time.Time) error {
 	cq.intr = false
 	cq.mu.Unlock()
 	return err
+}
+
+// Progress is driver.CQProgresser's: on a CQ that one connection's
+// receives complete on, a spinning waiter reads that connection's socket
+// itself, without waiting (rxrole.go). It does nothing while the CQ holds
+// completions, which the waiter polls first. On any other CQ, one that
+// is closed, or while the connection's receive goroutine has the socket
+// for large FPDUs, it says stop: the completions come from goroutines a
+// spin would keep from running.
+func (cq *CQ) Progress() (found, stop bool) {
+	cq.mu.Lock()
+	c, closed, n := cq.rxConn, cq.closed, cq.q.len()
+	cq.mu.Unlock()
+	switch {
+	case n > 0:
+		return true, false
+	case c == nil || closed:
+		return false, true
+	}
+	return c.progressRx()
 }
 
 // Interrupt makes the current or next Wait return. It never blocks.

@@ -49,6 +49,7 @@ type receiver struct {
 	// for a poke (rxrole.go).
 	waitFn func(fd uintptr) bool
 	poked  bool
+	nowFn  func(fd uintptr) bool // rx.nowRead, made once
 	// small counts the FPDUs since the last one that did not fit the
 	// read-ahead, up to rxBulkAfter (rxCtl.bulk).
 	small int

@@ -48,6 +48,10 @@ import (
 // to the receive goroutine (rxSweep), and at once when the connection is
 // closed or disconnected locally.
 //
+// A waiter that spins before it sleeps takes a parked role for a moment
+// between its polls (progressRx): one read without waiting, the FPDUs
+// that arrived whole, and the role is parked again.
+//
 // While the stream carries FPDUs too large for the read-ahead (rxCtl.bulk)
 // waiters do not ask for the role: they would hand each one straight back.
 //
@@ -322,6 +326,101 @@ func (c *connection) rxStop() {
 	}
 }
 
+// takeRole makes the calling waiter the holder of the receive role if
+// it is parked, and reports whether it did. A role the receive goroutine
+// holds is asked for: it hands it over at its next FPDU boundary, at once
+// if it waits there for the socket, so that a later call takes it.
+// futile reports that no later call will take it soon: the receive
+// goroutine keeps it for large FPDUs (bulk), or the receiver stopped.
+func (c *connection) takeRole() (took, futile bool) {
+	x := &c.rxc
+	if c.rx.idle == nil {
+		return false, true // the system has no netpoller step for a waiter
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	switch x.role {
+	case rxParked:
+		x.role = rxWaiter
+		return true, false
+	case rxLoop:
+		if x.bulk {
+			return false, true
+		}
+		if !x.want.Load() {
+			x.want.Store(true)
+			if x.idle {
+				_ = c.tc.SetReadDeadline(aLongTimeAgo)
+			}
+		}
+		return false, false
+	}
+	return false, true
+}
+
+// runWhole runs, for the waiter holding the role, every FPDU the
+// read-ahead holds whole. It reports false, having handed the role back
+// to the receive goroutine, on an FPDU too large for the read-ahead
+// (which the receive goroutine reads straight into registered memory)
+// or a protocol error (which it turns into the connection's end).
+func (c *connection) runWhole() bool {
+	rx := c.rx
+	x := &c.rxc
+	for {
+		need := rx.frameNeed()
+		if need == 0 || need > rx.w-rx.r {
+			if need > len(rx.buf) {
+				c.handBack()
+				return false
+			}
+			return true
+		}
+		if err := rx.step(); err != nil {
+			x.end, x.fatal = true, err
+			c.handBack()
+			return false
+		}
+	}
+}
+
+// progressRx is CQ.Progress for the CQ that only c's receives complete
+// on: if the receive role is free, it reads what the socket has, without
+// waiting, and runs every FPDU that arrived whole, so that a spinning
+// waiter finds its completion without a goroutine hand-off (see the top
+// of this file). It reports whether bytes arrived, and stop (as
+// CQ.Progress) once the receive goroutine has, or keeps, the socket.
+func (c *connection) progressRx() (found, stop bool) {
+	rx := c.rx
+	x := &c.rxc
+	if took, futile := c.takeRole(); !took {
+		return false, futile
+	}
+	if !c.runWhole() {
+		return true, true
+	}
+	x.mu.Lock()
+	reset := x.stale || !x.rdl.IsZero()
+	x.stale = false
+	x.mu.Unlock()
+	if reset {
+		// A waiter with a deadline, or a poke, left one.
+		_ = c.tc.SetReadDeadline(time.Time{})
+		x.rdl = time.Time{}
+	}
+	got, rerr := rx.readNow()
+	if rerr != nil && !errors.Is(rerr, os.ErrDeadlineExceeded) {
+		// As in waitRx: the receive goroutine ends the connection.
+		x.end, x.fatal = true, rx.readErr(rerr, rx.r == rx.w)
+		c.handBack()
+		return true, true
+	}
+	if got && !c.runWhole() {
+		return true, true
+	}
+	c.release()
+	return got, false
+}
+
 // release parks the role a waiter is done with.
 func (c *connection) release() {
 	x := &c.rxc
@@ -352,46 +451,12 @@ func (c *connection) handBack() {
 func (c *connection) waitRx(cq *CQ, deadline time.Time) (handled bool, err error) {
 	rx := c.rx
 	x := &c.rxc
-	if rx.idle == nil {
-		return false, nil // the system has no netpoller step for it
-	}
-	x.mu.Lock()
-	switch x.role {
-	case rxParked:
-		x.role = rxWaiter
-	case rxLoop:
-		// Ask for the role: the receive goroutine hands it over at its
-		// next FPDU boundary, at once if it waits there for the socket.
-		if !x.want.Load() && !x.bulk {
-			x.want.Store(true)
-			if x.idle {
-				_ = c.tc.SetReadDeadline(aLongTimeAgo)
-			}
-		}
-		x.mu.Unlock()
-		return false, nil
-	default:
-		x.mu.Unlock()
+	if took, _ := c.takeRole(); !took {
 		return false, nil
 	}
-	x.mu.Unlock()
 	for {
-		// Every FPDU read ahead whole; one too large for the read-ahead
-		// is the receive goroutine's.
-		for {
-			need := rx.frameNeed()
-			if need == 0 || need > rx.w-rx.r {
-				if need > len(rx.buf) {
-					c.handBack()
-					return false, nil
-				}
-				break
-			}
-			if err := rx.step(); err != nil {
-				x.end, x.fatal = true, err
-				c.handBack()
-				return false, nil
-			}
+		if !c.runWhole() {
+			return false, nil
 		}
 		cq.mu.Lock()
 		if ret, err := cq.readyLocked(deadline); ret {

@@ -282,6 +282,57 @@ func (rx *receiver) readWaiting() error {
 	return nil
 }
 
+// readNow is a spinning waiter's read (rxrole.go): it reads what the
+// socket has after what is read ahead, without waiting, and reports
+// whether bytes came. Like readWaiting it does not keep the buffer while
+// the read-ahead stays empty.
+func (rx *receiver) readNow() (bool, error) {
+	if rx.nowFn == nil {
+		rx.nowFn = rx.nowRead // once: a method value allocates
+	}
+	if rx.r == rx.w {
+		rx.r, rx.w = 0, 0
+	} else if rx.r > 0 {
+		rx.w = copy(rx.buf, rx.buf[rx.r:rx.w])
+		rx.r = 0
+	}
+	rx.idleN, rx.idleErr = 0, nil
+	err := rx.idle.Read(rx.nowFn)
+	switch {
+	case err != nil:
+		return false, err
+	case rx.idleErr == syscall.EAGAIN:
+		return false, nil
+	case rx.idleErr != nil:
+		return false, &net.OpError{Op: "read", Net: "tcp", Source: rx.tc.LocalAddr(), Addr: rx.tc.RemoteAddr(), Err: os.NewSyscallError("read", rx.idleErr)}
+	case rx.idleN == 0:
+		return false, io.EOF
+	}
+	raceAcquire(rx.c.raceRx)
+	rx.w += rx.idleN
+	return true, nil
+}
+
+// nowRead is readNow's step: one attempt, never a wait in the netpoller.
+func (rx *receiver) nowRead(fd uintptr) bool {
+	if rx.buf == nil {
+		rx.takeBuf()
+	}
+	var n int
+	var err error
+	for {
+		n, err = syscall.Read(int(fd), rx.buf[rx.w:])
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err == syscall.EAGAIN && rx.w == 0 {
+		rx.dropBuf()
+	}
+	rx.idleN, rx.idleErr = n, err
+	return true
+}
+
 // waitRead is readWaiting's step, called by the netpoller loop.
 func (rx *receiver) waitRead(fd uintptr) bool {
 	if rx.c.rxc.poke.Load() {

@@ -32,6 +32,10 @@ func idleReader(*net.TCPConn) syscall.RawConn { return nil }
 
 func (rx *receiver) readIdle() error { return nil }
 
+// readNow is never called: without idleReader no waiter takes the
+// receive role.
+func (rx *receiver) readNow() (bool, error) { return false, nil }
+
 // readWaiting is never called: without idleReader a waiter leaves the
 // socket to the receive goroutine.
 func (rx *receiver) readWaiting() error { return nil }
