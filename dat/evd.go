@@ -577,7 +577,7 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 				}
 			}
 			spins++
-			if spins%napEvery == 0 && (policy.Mode == PollBusy || e.prog == nil) {
+			if spins%napEvery == 0 && (policy.Mode == PollBusy || e.ia.attr.Spin == 0) {
 				// A goroutine that only yields keeps its processor: the
 				// scheduler polls the network only when it runs out of
 				// work, and steals from other processors' queues only
@@ -588,10 +588,13 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 				// the scheduler do both. (Short only in name: a sleep
 				// under a millisecond can last up to one, the network
 				// poller's resolution; measured in process on 2 cores,
-				// 0.4 ms on average. So a spin whose provider does its
-				// own work between polls, CQProgresser, does not nap: its
-				// waiter does not depend on the poller, and the spin is
-				// bounded anyway.)
+				// 0.4 ms on average. So an adaptive spin does not nap
+				// where the provider advises one (a device's completions,
+				// or a CQProgresser doing its own work between polls):
+				// its waiter does not depend on the poller, and the spin
+				// is bounded anyway. On a NIC, 64 polls take a few
+				// microseconds, and a nap would turn a round trip just
+				// longer than that into a millisecond.)
 				time.Sleep(time.Microsecond)
 			} else {
 				runtime.Gosched()
