@@ -46,8 +46,11 @@ type Listener struct {
 	// keepAlive is the accepted connections' keepalive (resolved), which
 	// an MPA connection's TCP_USER_TIMEOUT follows (see setUserTimeout).
 	// It is set on a connection when admission hands it on (Accept,
-	// Fallback), not when the kernel hands it over (see listen).
-	keepAlive net.KeepAliveConfig
+	// Fallback), not when the kernel hands it over (see listen), unless
+	// the connection inherited it from the listening socket
+	// (keepAliveInherited).
+	keepAlive          net.KeepAliveConfig
+	keepAliveInherited bool
 
 	ready  chan *Request // parsed, not yet returned by Accept; cap backlog
 	done   chan struct{} // closed by Close
@@ -133,9 +136,10 @@ func listen(ia *IA, cfg driver.ListenConfig) (*Listener, error) {
 	// net.core.somaxconn to listen(2) as the accept queue's depth. The
 	// keepalive configuration is not left to package net, which would
 	// set it (four system calls) on every connection accepted, most of
-	// which a flood's: admission sets it on those it hands on
-	// (keepAliveOn). A connection in admission does not live long
-	// enough to need it.
+	// which a flood's: where accepted connections inherit it from the
+	// listening socket (Linux) it is set there, once; elsewhere
+	// admission sets it on those it hands on (keepAliveOn). A
+	// connection in admission does not live long enough to need it.
 	ka := driver.ResolveKeepAlive(cfg.KeepAlive, cfg.KeepAliveConfig)
 	lc := net.ListenConfig{KeepAlive: -1}
 	lc.Control = listenControl(cfg.SharePort, cfg.Control)
@@ -156,18 +160,20 @@ func listen(ia *IA, cfg driver.ListenConfig) (*Listener, error) {
 		// accept queue, where a real initiator would wait behind them.
 		deferAccept(tl, ia.opts.requestTimeout)
 	}
+	inherited := ka.Enable && inheritKeepAlive(tl, ka)
 	l := &Listener{
-		ia:             ia,
-		tl:             tl,
-		backlog:        backlog,
-		maxHandshakes:  ia.opts.maxHandshakes,
-		requestTimeout: ia.opts.requestTimeout,
-		fallbackWait:   ia.opts.fallbackWait,
-		fallback:       cfg.Fallback,
-		keepAlive:      ka,
-		ready:          make(chan *Request, backlog),
-		done:           make(chan struct{}),
-		resets:         newResetQueue(maxQueuedResets),
+		ia:                 ia,
+		tl:                 tl,
+		backlog:            backlog,
+		maxHandshakes:      ia.opts.maxHandshakes,
+		requestTimeout:     ia.opts.requestTimeout,
+		fallbackWait:       ia.opts.fallbackWait,
+		fallback:           cfg.Fallback,
+		keepAlive:          ka,
+		keepAliveInherited: inherited,
+		ready:              make(chan *Request, backlog),
+		done:               make(chan struct{}),
+		resets:             newResetQueue(maxQueuedResets),
 	}
 	l.wg.Add(1)
 	go l.acceptLoop()
@@ -578,9 +584,10 @@ func (c *fallbackConn) CloseWrite() error { return c.tc.CloseWrite() }
 func (c *fallbackConn) CloseRead() error { return c.tc.CloseRead() }
 
 // keepAliveOn gives tc the listener's keepalive, as package net would
-// have at accept, once admission hands tc on.
+// have at accept, once admission hands tc on, unless tc has it from the
+// listening socket.
 func (l *Listener) keepAliveOn(tc *net.TCPConn) {
-	if l.keepAlive.Enable {
+	if l.keepAlive.Enable && !l.keepAliveInherited {
 		_ = tc.SetKeepAliveConfig(l.keepAlive)
 	}
 }
