@@ -52,7 +52,10 @@ type Listener struct {
 	keepAlive          net.KeepAliveConfig
 	keepAliveInherited bool
 
-	ready  chan *Request // parsed, not yet returned by Accept; cap backlog
+	ready chan *Request // parsed, not yet returned by Accept; cap backlog
+	// notify, once set (NotifyRequests), takes parsed requests instead
+	// of ready; read under mu.
+	notify func(driver.Request)
 	done   chan struct{} // closed by Close
 	wg     sync.WaitGroup
 	resets *resetQueue // dropped connections, reset by a goroutine of their own
@@ -120,7 +123,10 @@ type admissionCounts struct {
 	fallback int // handed to ListenConfig.Fallback
 }
 
-var _ driver.Listener = (*Listener)(nil)
+var (
+	_ driver.Listener        = (*Listener)(nil)
+	_ driver.RequestNotifier = (*Listener)(nil)
+)
 
 func listen(ia *IA, cfg driver.ListenConfig) (*Listener, error) {
 	backlog := cfg.Backlog
@@ -204,6 +210,18 @@ func (l *Listener) Addr() net.Addr { return l.tl.Addr() }
 // or with an error wrapping net.ErrClosed once the listener is closed.
 func (l *Listener) Accept(ctx context.Context) (driver.Request, error) {
 	return provkit.AcceptQueued(ctx, "iwarp", l.ready, l.done, l.isClosed)
+}
+
+// NotifyRequests makes admission hand each request it parses from now on
+// to f, in the goroutine that parsed it (the accept loop, for a Request
+// that had arrived whole), instead of queuing it for Accept
+// (driver.RequestNotifier). The backlog counts the requests f got until
+// they are settled, as it counts queued ones. Close waits for calls of f
+// in progress: they run in the listener's goroutines.
+func (l *Listener) NotifyRequests(f func(driver.Request)) {
+	l.mu.Lock()
+	l.notify = f
+	l.mu.Unlock()
 }
 
 // isClosed reports whether Close has been called.
@@ -410,7 +428,13 @@ func (l *Listener) handshake(a *admission) {
 		v = verdictDrop
 	case v == verdictRequest:
 		l.pending++
-		l.ready <- &Request{l: l, tc: a.tc, req: f} // cannot block: len(ready) <= pending <= backlog
+		r := &Request{l: l, tc: a.tc, req: f}
+		if notify := l.notify; notify != nil {
+			l.mu.Unlock()
+			notify(r)
+			return
+		}
+		l.ready <- r // cannot block: len(ready) <= pending <= backlog
 		l.mu.Unlock()
 		return
 	case v == verdictFallback:
