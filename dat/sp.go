@@ -111,6 +111,9 @@ func (ia *IA) createPSP(op string, qual ConnQual, evd *EVD, flags PSPFlags, opts
 	ia.psps[psp] = struct{}{}
 	ia.bg.Add(1)
 	ia.mu.Unlock()
+	if n, ok := lis.(driver.RequestNotifier); ok {
+		n.NotifyRequests(psp.deliver)
+	}
 	go func() {
 		defer ia.bg.Done()
 		psp.serve(ctx)
@@ -149,7 +152,10 @@ func (psp *PSP) Qual() ConnQual { return psp.qual }
 // Addr is the address the PSP listens on.
 func (psp *PSP) Addr() net.Addr { return psp.lis.Addr() }
 
-// serve turns each provider request into a CR until the PSP is freed.
+// serve turns each request the provider queues for Accept into a CR
+// until the PSP is freed. With a provider that hands requests over as they
+// arrive (driver.RequestNotifier) it only takes those queued before
+// NotifyRequests, and waits for the listener's end.
 func (psp *PSP) serve(ctx context.Context) {
 	ia := psp.ia
 	for {
@@ -161,25 +167,32 @@ func (psp *PSP) serve(ctx context.Context) {
 			ia.async.post(Event{Number: AsyncErrorProviderInternalError, Async: AsyncData{Handle: psp}})
 			return
 		}
-		ia.mu.Lock()
-		if psp.freed || ia.closed {
-			ia.mu.Unlock()
-			req.Abort()
-			continue
-		}
-		cr := &CR{ia: ia, req: req, psp: psp, qual: psp.qual}
-		ia.crs[cr] = struct{}{}
-		if psp.flags == PSPProvider {
-			ep := &EP{ia: ia, state: EPTentativeConnectionPending, providerOwned: true, attr: ia.defaultEPAttr(nil, nil), cr: cr}
-			ia.eps[ep] = struct{}{}
-			cr.ep = ep
-		}
+		psp.deliver(req)
+	}
+}
+
+// deliver turns a provider request into a CR and its event, or refuses
+// it if the PSP or the IA is gone, or the EVD cannot take the event.
+func (psp *PSP) deliver(req driver.Request) {
+	ia := psp.ia
+	ia.mu.Lock()
+	if psp.freed || ia.closed {
 		ia.mu.Unlock()
-		ev := Event{Number: ConnectionRequestEvent, CR: ConnRequestData{SP: psp, LocalAddr: req.Info().Local, Qual: psp.qual, CR: cr}}
-		if !psp.evd.post(ev) {
-			// The consumer never sees this request: refuse it.
-			cr.discard()
-		}
+		req.Abort()
+		return
+	}
+	cr := &CR{ia: ia, req: req, psp: psp, qual: psp.qual}
+	ia.crs[cr] = struct{}{}
+	if psp.flags == PSPProvider {
+		ep := &EP{ia: ia, state: EPTentativeConnectionPending, providerOwned: true, attr: ia.defaultEPAttr(nil, nil), cr: cr}
+		ia.eps[ep] = struct{}{}
+		cr.ep = ep
+	}
+	ia.mu.Unlock()
+	ev := Event{Number: ConnectionRequestEvent, CR: ConnRequestData{SP: psp, LocalAddr: req.Info().Local, Qual: psp.qual, CR: cr}}
+	if !psp.evd.post(ev) {
+		// The consumer never sees this request: refuse it.
+		cr.discard()
 	}
 }
 

@@ -133,7 +133,12 @@ type Conn struct {
 	syncDue bool
 	retired []*region // regions to free once c.mu is released
 	refs    int       // the Conn itself plus Reads/Writes inside it
-	st      counters
+	// firstHeld: the dialer's first message (firstDue) waits for the
+	// application's first call, or firstTimer (firstmsg.go). Set while
+	// the Conn is being dialed; cleared under mu.
+	firstHeld  atomic.Bool
+	firstTimer *time.Timer
+	st         counters
 }
 
 // Timeouts of teardown: how long Close lets queued data and the FIN
@@ -346,6 +351,7 @@ func (c *Conn) CloseRead() error {
 	c.mu.Unlock()
 	wake(c.rwake)
 	c.kick()
+	c.unholdFirst() // the peer's data is discarded as it comes, so let it come
 	c.flushControl()
 	if first {
 		go c.discard()
@@ -393,6 +399,7 @@ func (c *Conn) CloseWrite() error {
 	c.finWanted = true
 	c.mu.Unlock()
 	c.writeMu.Unlock()
+	c.unholdFirst() // the FIN's message carries it
 	c.flushControl()
 	return nil
 }
@@ -412,6 +419,7 @@ func (c *Conn) Close() error {
 	close(c.done)
 	c.mu.Unlock()
 	c.kick()
+	c.unholdFirst() // the FIN's message carries it
 	c.flushControl()
 	graceful := c.teardown()
 	if c.logger().Enabled(context.Background(), slog.LevelDebug) {
@@ -429,6 +437,7 @@ func (c *Conn) Close() error {
 // inside the Conn has left. It reports whether everything drained and the
 // disconnect was graceful.
 func (c *Conn) teardown() (graceful bool) {
+	c.unholdFirst() // its timer must not outlive the Conn
 	var expired atomic.Bool
 	limit := time.AfterFunc(lingerTimeout, func() { expired.Store(true); c.kick() })
 	drained, gone := false, false

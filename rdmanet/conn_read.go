@@ -15,6 +15,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 		return 0, c.ioError(opError("read", c.laddr, c.raddr, err))
 	}
 	defer c.leave()
+	c.releaseFirst() // the server cannot answer before it
 	if len(p) == 0 {
 		return 0, nil // as with TCP: an empty Read does not wait
 	}
@@ -108,6 +109,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 		return 0, c.ioError(opError("read", c.laddr, c.raddr, err))
 	}
 	defer c.leave()
+	c.releaseFirst() // the server cannot answer before it
 	var total int64
 	for {
 		avail, rs, err := c.awaitData()

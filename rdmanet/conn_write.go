@@ -21,6 +21,11 @@ func (c *Conn) Write(b []byte) (int, error) {
 		return 0, c.ioError(opError("write", c.laddr, c.raddr, err))
 	}
 	defer c.leave()
+	if c.unholdFirst() {
+		// This Write's message carries the first message; if it sent
+		// none (an error, a zero-length Write), this sends it.
+		defer c.flushControl()
+	}
 	if len(b) > 0 && len(b) <= wire.MaxInline {
 		// Small writes go inside a control message when they can go at
 		// once; otherwise (no credit, a full ring) the RDMA path below
@@ -245,6 +250,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		return 0, c.ioError(opError("write", c.laddr, c.raddr, err))
 	}
 	defer c.leave()
+	c.releaseFirst() // r may take its time to yield the first bytes
 	var total int64
 	for {
 		k, err := c.reserve(1<<62, true)

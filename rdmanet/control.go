@@ -75,11 +75,12 @@ func (c *Conn) postRecv(i int) error {
 
 // wantControlLocked reports whether the peer should hear from us: new
 // data to announce, a FIN, credit to return, a grant due (R2), or the
-// dialer's first message. Callers hold c.mu.
+// dialer's first message unless it is held (firstmsg.go). Callers hold
+// c.mu.
 func (c *Conn) wantControlLocked() bool {
 	return c.sProd != c.sProdSent ||
 		(c.finWanted && !c.finSent) ||
-		c.firstDue || c.offerUnsent || c.switchUnsent || c.syncDue ||
+		(c.firstDue && !c.firstHeld.Load()) || c.offerUnsent || c.switchUnsent || c.syncDue ||
 		c.returnDueLocked() ||
 		c.cc.grantDue()
 }

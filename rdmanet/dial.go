@@ -330,10 +330,11 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 		c.abandon()
 		return nil, opError("dial", local, dst, err)
 	}
-	c.flushControl() // the first message: the initiator speaks first
 	if spareDial {
+		c.releaseFirst() // nobody calls a spare until a dial takes it
 		return c, nil
 	}
+	c.armFirst() // the first message waits for the application's first call
 	if !d.NoDup {
 		s.remember(key, c)
 	}

@@ -60,8 +60,11 @@ func (c *Conn) onEstablished(ev *dat.Event) {
 		}
 		c.setPeer(h)
 		// The iWARP initiator must send the first FPDU (RFC 5044 §7.1.2);
-		// our first control message is it.
+		// our first control message is it. It waits for the
+		// application's first call (firstmsg.go) unless dialAddr lets it
+		// go.
 		c.firstDue = true
+		c.firstHeld.Store(true)
 	}
 	c.established()
 	c.setupDone(nil)

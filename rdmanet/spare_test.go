@@ -167,7 +167,7 @@ func TestSpareSetup(t *testing.T) {
 // attempts per dial; a spare that came up is still taken.
 func TestSpareRefused(t *testing.T) {
 	forEach(t, func(t *testing.T, ia string) {
-		l, err := (&ListenConfig{IA: ia, Backlog: 1}).Listen(context.Background(), "rdma", listenAddr(ia))
+		l, err := (&ListenConfig{IA: ia, Backlog: 2}).Listen(context.Background(), "rdma", listenAddr(ia))
 		require.NoError(t, err)
 		defer l.Close()
 		accept := func() net.Conn {
@@ -186,9 +186,10 @@ func TestSpareRefused(t *testing.T) {
 		dup, err := tmpl.Dup(context.Background())
 		require.NoError(t, err)
 		defer dup.Close()
-		accept()
-		// Two spares were dialed; the backlog holds one, so the other
-		// was refused.
+		// Two spares were dialed. The dup's connection is not accepted
+		// yet, so it holds one place of the backlog whenever the spares
+		// arrive (accepting it first would race with them): the backlog
+		// holds one of them, and the other was refused.
 		var spares []*Conn
 		require.Eventually(t, func() bool {
 			s := tmpl.ia
@@ -209,7 +210,8 @@ func TestSpareRefused(t *testing.T) {
 			return done == len(s.spares[tmpl.dialKey]) && tmpl.sparesOff
 		}, 5*time.Second, time.Millisecond)
 		require.Len(t, spares, 1)
-		accept()
+		accept() // the dup's
+		accept() // the spare's
 		dup2, err := tmpl.Dup(context.Background())
 		require.NoError(t, err)
 		defer dup2.Close()

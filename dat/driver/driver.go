@@ -16,9 +16,9 @@
 // finds driver.Pinger: ConfigOpener on a Driver (a logger for the IA),
 // SRQCreator on an IA, WindowAllocator on a PD, WindowBinder and
 // OptionsConnector (a local address and port, a socket hook, keepalive)
-// on a QP, LocalAccepter on a Request, and CQProgresser on a CQ. Options
-// of a listener are fields of ListenConfig, which a provider may ignore
-// where they do not apply.
+// on a QP, RequestNotifier on a Listener, LocalAccepter on a Request,
+// and CQProgresser on a CQ. Options of a listener are fields of
+// ListenConfig, which a provider may ignore where they do not apply.
 //
 // # Completions are pulled
 //
@@ -222,6 +222,23 @@ type Request interface {
 	// Abort refuses the request as a non-peer reject (for example because
 	// the service point was freed) and releases it.
 	Abort() error
+}
+
+// RequestNotifier is implemented by a Listener that can hand each request
+// to a function as it arrives, in the goroutine that received it, instead
+// of queuing it for Accept. Package dat uses it to turn a request into a
+// CR and its event at once: a goroutine of its own blocked in Accept
+// would have to be woken for each request, a hand-off that costs a dial
+// more than the work it does (on two shared cores the scheduler wakes the
+// other core for it).
+type RequestNotifier interface {
+	// NotifyRequests makes the listener call f with each request that
+	// arrives from then on, instead of queuing it; requests queued
+	// already are still returned by Accept. f must not block: it runs
+	// in the listener's accept path. It is called at most once per
+	// Listener, before requests may reach f, and Close returns only
+	// once no call of f is in progress.
+	NotifyRequests(f func(Request))
 }
 
 // LocalAccepter is implemented by a Request whose Accept does not wait

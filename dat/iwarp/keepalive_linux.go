@@ -57,3 +57,45 @@ func keepAliveSecs(fd uintptr, d time.Duration, opt int) (int, error) {
 	}
 	return int((d + time.Second - 1) / time.Second), nil
 }
+
+// inheritKeepAlive gives the listening socket of l the keepalive ka
+// (resolved, enabled), as package net would set it on each accepted
+// connection, and reports whether it did. Linux copies a listening
+// socket's keepalive settings to the connections accepted from it, so
+// admission then need not set them (four system calls) on the
+// connections it hands on, each of them on the way to answering an MPA
+// Request; and the connections it drops cost nothing more for having
+// them. A field of ka left to the system (negative) is left as the
+// system has it on the listener, which is what a connection gets.
+func inheritKeepAlive(l net.Listener, ka net.KeepAliveConfig) bool {
+	tl, ok := l.(*net.TCPListener)
+	if !ok {
+		return false
+	}
+	rc, err := tl.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var serr error
+	set := func(fd uintptr, level, opt int, v int) {
+		if serr == nil {
+			serr = syscall.SetsockoptInt(int(fd), level, opt, v)
+		}
+	}
+	secs := func(d time.Duration) int { return int((d + time.Second - 1) / time.Second) }
+	if err := rc.Control(func(fd uintptr) {
+		set(fd, syscall.SOL_SOCKET, syscall.SO_KEEPALIVE, 1)
+		if ka.Idle >= 0 {
+			set(fd, syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE, secs(ka.Idle))
+		}
+		if ka.Interval >= 0 {
+			set(fd, syscall.IPPROTO_TCP, syscall.TCP_KEEPINTVL, secs(ka.Interval))
+		}
+		if ka.Count >= 0 {
+			set(fd, syscall.IPPROTO_TCP, syscall.TCP_KEEPCNT, ka.Count)
+		}
+	}); err != nil || serr != nil {
+		return false
+	}
+	return true
+}

@@ -46,10 +46,16 @@ type Listener struct {
 	// keepAlive is the accepted connections' keepalive (resolved), which
 	// an MPA connection's TCP_USER_TIMEOUT follows (see setUserTimeout).
 	// It is set on a connection when admission hands it on (Accept,
-	// Fallback), not when the kernel hands it over (see listen).
-	keepAlive net.KeepAliveConfig
+	// Fallback), not when the kernel hands it over (see listen), unless
+	// the connection inherited it from the listening socket
+	// (keepAliveInherited).
+	keepAlive          net.KeepAliveConfig
+	keepAliveInherited bool
 
-	ready  chan *Request // parsed, not yet returned by Accept; cap backlog
+	ready chan *Request // parsed, not yet returned by Accept; cap backlog
+	// notify, once set (NotifyRequests), takes parsed requests instead
+	// of ready; read under mu.
+	notify func(driver.Request)
 	done   chan struct{} // closed by Close
 	wg     sync.WaitGroup
 	resets *resetQueue // dropped connections, reset by a goroutine of their own
@@ -117,7 +123,10 @@ type admissionCounts struct {
 	fallback int // handed to ListenConfig.Fallback
 }
 
-var _ driver.Listener = (*Listener)(nil)
+var (
+	_ driver.Listener        = (*Listener)(nil)
+	_ driver.RequestNotifier = (*Listener)(nil)
+)
 
 func listen(ia *IA, cfg driver.ListenConfig) (*Listener, error) {
 	backlog := cfg.Backlog
@@ -133,9 +142,10 @@ func listen(ia *IA, cfg driver.ListenConfig) (*Listener, error) {
 	// net.core.somaxconn to listen(2) as the accept queue's depth. The
 	// keepalive configuration is not left to package net, which would
 	// set it (four system calls) on every connection accepted, most of
-	// which a flood's: admission sets it on those it hands on
-	// (keepAliveOn). A connection in admission does not live long
-	// enough to need it.
+	// which a flood's: where accepted connections inherit it from the
+	// listening socket (Linux) it is set there, once; elsewhere
+	// admission sets it on those it hands on (keepAliveOn). A
+	// connection in admission does not live long enough to need it.
 	ka := driver.ResolveKeepAlive(cfg.KeepAlive, cfg.KeepAliveConfig)
 	lc := net.ListenConfig{KeepAlive: -1}
 	lc.Control = listenControl(cfg.SharePort, cfg.Control)
@@ -156,18 +166,20 @@ func listen(ia *IA, cfg driver.ListenConfig) (*Listener, error) {
 		// accept queue, where a real initiator would wait behind them.
 		deferAccept(tl, ia.opts.requestTimeout)
 	}
+	inherited := ka.Enable && inheritKeepAlive(tl, ka)
 	l := &Listener{
-		ia:             ia,
-		tl:             tl,
-		backlog:        backlog,
-		maxHandshakes:  ia.opts.maxHandshakes,
-		requestTimeout: ia.opts.requestTimeout,
-		fallbackWait:   ia.opts.fallbackWait,
-		fallback:       cfg.Fallback,
-		keepAlive:      ka,
-		ready:          make(chan *Request, backlog),
-		done:           make(chan struct{}),
-		resets:         newResetQueue(maxQueuedResets),
+		ia:                 ia,
+		tl:                 tl,
+		backlog:            backlog,
+		maxHandshakes:      ia.opts.maxHandshakes,
+		requestTimeout:     ia.opts.requestTimeout,
+		fallbackWait:       ia.opts.fallbackWait,
+		fallback:           cfg.Fallback,
+		keepAlive:          ka,
+		keepAliveInherited: inherited,
+		ready:              make(chan *Request, backlog),
+		done:               make(chan struct{}),
+		resets:             newResetQueue(maxQueuedResets),
 	}
 	l.wg.Add(1)
 	go l.acceptLoop()
@@ -198,6 +210,18 @@ func (l *Listener) Addr() net.Addr { return l.tl.Addr() }
 // or with an error wrapping net.ErrClosed once the listener is closed.
 func (l *Listener) Accept(ctx context.Context) (driver.Request, error) {
 	return provkit.AcceptQueued(ctx, "iwarp", l.ready, l.done, l.isClosed)
+}
+
+// NotifyRequests makes admission hand each request it parses from now on
+// to f, in the goroutine that parsed it (the accept loop, for a Request
+// that had arrived whole), instead of queuing it for Accept
+// (driver.RequestNotifier). The backlog counts the requests f got until
+// they are settled, as it counts queued ones. Close waits for calls of f
+// in progress: they run in the listener's goroutines.
+func (l *Listener) NotifyRequests(f func(driver.Request)) {
+	l.mu.Lock()
+	l.notify = f
+	l.mu.Unlock()
 }
 
 // isClosed reports whether Close has been called.
@@ -404,7 +428,13 @@ func (l *Listener) handshake(a *admission) {
 		v = verdictDrop
 	case v == verdictRequest:
 		l.pending++
-		l.ready <- &Request{l: l, tc: a.tc, req: f} // cannot block: len(ready) <= pending <= backlog
+		r := &Request{l: l, tc: a.tc, req: f}
+		if notify := l.notify; notify != nil {
+			l.mu.Unlock()
+			notify(r)
+			return
+		}
+		l.ready <- r // cannot block: len(ready) <= pending <= backlog
 		l.mu.Unlock()
 		return
 	case v == verdictFallback:
@@ -578,9 +608,10 @@ func (c *fallbackConn) CloseWrite() error { return c.tc.CloseWrite() }
 func (c *fallbackConn) CloseRead() error { return c.tc.CloseRead() }
 
 // keepAliveOn gives tc the listener's keepalive, as package net would
-// have at accept, once admission hands tc on.
+// have at accept, once admission hands tc on, unless tc has it from the
+// listening socket.
 func (l *Listener) keepAliveOn(tc *net.TCPConn) {
-	if l.keepAlive.Enable {
+	if l.keepAlive.Enable && !l.keepAliveInherited {
 		_ = tc.SetKeepAliveConfig(l.keepAlive)
 	}
 }

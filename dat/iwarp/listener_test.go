@@ -207,3 +207,46 @@ func TestListenerCloseKeepsReturnedRequests(t *testing.T) {
 		t.Fatal(res.err)
 	}
 }
+
+// TestNotifyRequests: once NotifyRequests is called, each request goes
+// to the function as it arrives, not to Accept, and counts against the
+// backlog until it is settled, as a queued one does.
+func TestNotifyRequests(t *testing.T) {
+	leakCheck(t)
+	ctx := testCtx(t)
+	ia := openIA(t)
+	l := listen(t, ia, driver.ListenConfig{Backlog: 1})
+	got := make(chan driver.Request, 2)
+	l.NotifyRequests(func(r driver.Request) { got <- r })
+	first := newQP(t, ia, defaultQPConfig, nil)
+	second := newQP(t, ia, defaultQPConfig, nil)
+	resp := newQP(t, ia, defaultQPConfig, nil)
+
+	ch1 := connectAsync(ctx, first, l.Addr(), nil)
+	var r driver.Request
+	select {
+	case r = <-got:
+	case <-time.After(testTimeout):
+		t.Fatal("the request did not reach the function")
+	}
+	_, err := second.Connect(ctx, l.Addr(), nil) // the backlog is full
+	assertNonPeer(t, err)
+	if _, err := r.Accept(ctx, resp, nil); err != nil {
+		t.Fatal(err)
+	}
+	if res := waitConnect(t, ch1); res.err != nil {
+		t.Fatal(res.err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if r, err := l.Accept(actx); err == nil {
+		r.Abort()
+		t.Fatal("Accept returned a request the function took")
+	}
+	select {
+	case r := <-got:
+		r.Abort()
+		t.Fatal("the refused request reached the function")
+	default:
+	}
+}
