@@ -248,7 +248,17 @@ func TestStaleSpare(t *testing.T) {
 		defer dup.Close()
 		stale := readySpares(t, tmpl)
 		require.Eventually(t, func() bool { return closed.Load() == 2 }, 5*time.Second, time.Millisecond)
-		time.Sleep(10 * time.Millisecond) // for the FINs to reach the spares' queues
+		// The server's close has to reach each spare before a dial can
+		// know it is over; how long that takes depends on the machine's
+		// load, so wait for what stale itself sees, not for a time.
+		require.Eventually(t, func() bool {
+			for _, c := range stale {
+				if !c.stale() {
+					return false
+				}
+			}
+			return true
+		}, 5*time.Second, time.Millisecond, "the server's close never reached its spares")
 
 		dup2, err := tmpl.Dup(context.Background())
 		require.NoError(t, err)
