@@ -134,9 +134,12 @@ func newConnection(tc *net.TCPConn, info ConnInfo) *connection {
 	return c
 }
 
-// start binds c to q and launches its receiver. Called with q.mu held,
-// once, when the QP becomes connected.
-func (c *connection) start(q *QP) {
+// start binds c to q and readies its receiver: it launches the receive
+// goroutine, or leaves the role parked for the first waiter (see
+// rxStartParked) and reports true, and then the caller puts c on the
+// sweep list once q.mu is released. Called with q.mu held, once, when the
+// QP becomes connected.
+func (c *connection) start(q *QP) (parked bool) {
 	c.q = q
 	c.idle.L = &q.mu
 	c.pd, _ = q.cfg.PD.(*PD)
@@ -155,11 +158,17 @@ func (c *connection) start(q *QP) {
 	c.raceTx, c.raceRx, c.raceForget = raceClocks(c.info.Local, c.info.Remote)
 	c.rx = newReceiver(c)
 	c.rxc.back = make(chan struct{}, 1)
-	if c.rcq != nil {
-		c.rcq.attach(c)
+	q.ia.conns.Add(1) // until the receive goroutine, started now or later, ends
+	// Parked before a waiter can find the connection on its CQ (attach),
+	// so that the first one takes the role rather than asking a receive
+	// goroutine that does not run for it.
+	c.rxc.parkAtStart()
+	if c.rcq != nil && c.rcq.attach(c) && c.rx.idle != nil {
+		return true
 	}
-	q.ia.conns.Add(1)
-	go c.readLoop()
+	c.rxc.startNow() // not attached alone: no waiter will take the role
+	go c.readLoop(false)
+	return false
 }
 
 // openGate records that the initiator's first complete FPDU arrived.
