@@ -19,7 +19,8 @@ import (
 //
 // An idle connection costs one goroutine, the receiver (readLoop), which
 // parses FPDUs, places payload straight into registered memory, and tears
-// the connection down when the stream ends (finish). The socket's write
+// the connection down when the stream ends (finish); it may be started
+// only once the connection is up and nobody waits on it (rxrole.go). The socket's write
 // side belongs to whoever holds the writer token (writing): a PostSend
 // caller writing its request inline with one non-blocking writev, a
 // sender goroutine (sendLoop) that exists only while there is work the
