@@ -40,7 +40,7 @@ type connection struct {
 	scq, rcq *CQ // nil: nothing completes there
 	tag      uint32
 	crc      bool
-	mulpdu   int // largest ULPDU_Length this side sends
+	mulpdu   int // largest ULPDU_Length this side sends; 0: from the MSS (see sender.segments)
 	maxSend  int // send-queue depth
 	maxSGE   int // SGEs per Send/Write
 	termWait time.Duration
@@ -149,10 +149,7 @@ func (c *connection) start(q *QP) (parked bool) {
 	c.scq, c.rcq, c.tag = q.scq, q.rcq, q.cfg.Tag
 	c.maxSend = q.cfg.MaxSendWR
 	c.maxSGE = q.cfg.MaxSendSGE
-	c.mulpdu = q.ia.opts.mulpdu
-	if c.mulpdu == 0 {
-		c.mulpdu = autoMULPDU(c.tc)
-	}
+	c.mulpdu = q.ia.opts.mulpdu // 0 (auto): the sender asks the socket when it matters
 	c.termWait = q.ia.opts.closeTimeout
 	c.tx = newSender(c)
 	c.sendLoopFn = c.sendLoop
