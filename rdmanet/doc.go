@@ -114,34 +114,53 @@
 //
 // A dial makes its connection in its own goroutine (dat's
 // EP.ConnectContext): the TCP connect, the MPA Request and Reply with the
-// Hellos they carry, then the first control message, with no hand-off to
-// another goroutine on the way. A listener answers a request in one
+// Hellos they carry, with no hand-off to another goroutine on the way. The
+// first control message, which the iWARP initiator owes the server before
+// the server may send, is held for the application's first call: its
+// first Write carries it along with its data, and a Read, a Close or, for
+// a client that does not call in, a timer after a millisecond sends it on
+// its own (see firstmsg.go). A listener answers a request in its serve
 // goroutine, from the client's Hello to the connection queued for Accept,
-// when the provider's accept does not wait for the peer (iwarp; with
-// verbs a goroutine of its own waits for rdma_cm's RTU, so that a silent
-// client holds no answering slot). A connection's memory (its initial
-// ring, staging buffer and control slots, one mapping) comes from its IA,
-// which keeps up to 1 MiB of closed connections' memory for the next
-// ones: they neither map nor fault in pages, and the control slots stay
-// registered. The ring is registered afresh each time, so that a former
-// peer's key never reaches another connection's ring.
+// when no other request waits behind it and the provider's accept does
+// not wait for the peer (iwarp; with verbs a goroutine of its own waits
+// for rdma_cm's RTU, so that a silent client holds no answering slot);
+// the iwarp provider hands the request to dat, and dat to that goroutine,
+// as it arrives, and starts a connection without its receive goroutine
+// when its first waiter comes at once (see the iwarp package). A
+// connection's memory (its initial ring, staging buffer and control
+// slots, one mapping) comes from its IA, which keeps up to 1 MiB of
+// closed connections' memory for the next ones: they neither map nor
+// fault in pages, and the control slots stay registered. The ring is
+// registered afresh each time, so that a former peer's key never reaches
+// another connection's ring.
 //
-// Measured on loopback on two shared cores (BenchmarkDial, a dial and one
-// byte echoed, medians of 10 runs interleaved with TCP's): 310 µs where
-// TCP takes 107 µs (2.9×; 2.6× to 2.9× over three such runs; it was
-// 410 µs, 4.5×, before the above). Timed step by step, a dial is the TCP
-// connect with its socket options (~60 µs), the server taking the
-// connection (~40 µs after the Request was sent: the accept loop's
-// wake-up), answering it (~50 µs, of which the Conn's creation ~20 µs and
-// the Reply ~15 µs), the dialer waking for the Reply (~25 µs) and applying
-// it with the first control message (~20 µs); the first byte's round trip
-// then takes ~40 µs, no more than TCP's. A TCP dial plus echo is a connect
-// and one round trip, an iWARP one a connect and two (the MPA exchange,
-// then the byte's), each of them wake-ups of goroutines on both ends:
-// before any setup work, that is about 1.5× TCP's time. The listener's
-// admission reads a Request that has arrived whole in one read, the dialer
-// sets TCP_NODELAY only once, and neither side reads its keepalive options
-// back for TCP_USER_TIMEOUT.
+// Each goroutine started or woken on the way costs more than the work it
+// does: with an idle processor, Go's scheduler wakes another thread to
+// run it, and on two shared virtual cores that wake-up, and the core it
+// takes from the one doing the work, is what a dial mostly waits for
+// (the same dial and echo take 1.9× TCP's time with GOMAXPROCS=1, 2.4×
+// with 2). Measured on loopback on two shared cores (BenchmarkDial, a dial
+// and one byte echoed, medians of 14 runs interleaved with TCP's and with
+// the previous version's): 265 µs where TCP takes 112 µs (2.4×; the
+// previous version 300 µs against 114 µs, 2.7×, in the same runs; it was
+// 410 µs, 4.5×, before dials ran in one goroutine). Of the ~150 µs a dial
+// takes beyond TCP's, ~75 µs are the MPA round trip's wake-ups (the
+// listener's accept loop ~20 µs after the Request, the dialer ~10-20 µs
+// after the Reply) and kernel work (the Request's write creates the
+// server's socket, as the connect does for TCP, since the listener
+// defers accepting until data arrives), ~35 µs the listener's answer (the
+// Conn's creation ~13 µs, the Reply's preparation ~10 µs) and ~20 µs the
+// dialer's (its Conn ~11 µs, applying the Reply ~10 µs); the first byte's
+// round trip takes a little more than TCP's. A TCP dial plus echo is a
+// connect and one round trip, an iWARP one a connect and two (the MPA
+// exchange, then the byte's), each of them wake-ups of goroutines on both
+// ends: before any setup work, that is about 1.5× TCP's time. The
+// listener's admission reads a Request that has arrived whole in one
+// read, its socket is plain TCP (not Multipath TCP) and passes its
+// keepalive options on to the connections it accepts, the dialer sets
+// TCP_NODELAY only once, neither side reads its keepalive options back for
+// TCP_USER_TIMEOUT, and neither asks for its MSS before a message needs
+// it.
 //
 // A dial through dup-connect (Conn.Dup, or a Dialer reusing a live
 // connection to the same address) skips only the address resolution, and

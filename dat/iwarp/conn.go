@@ -19,7 +19,8 @@ import (
 //
 // An idle connection costs one goroutine, the receiver (readLoop), which
 // parses FPDUs, places payload straight into registered memory, and tears
-// the connection down when the stream ends (finish). The socket's write
+// the connection down when the stream ends (finish); it may be started
+// only once the connection is up and nobody waits on it (rxrole.go). The socket's write
 // side belongs to whoever holds the writer token (writing): a PostSend
 // caller writing its request inline with one non-blocking writev, a
 // sender goroutine (sendLoop) that exists only while there is work the
@@ -39,7 +40,7 @@ type connection struct {
 	scq, rcq *CQ // nil: nothing completes there
 	tag      uint32
 	crc      bool
-	mulpdu   int // largest ULPDU_Length this side sends
+	mulpdu   int // largest ULPDU_Length this side sends; 0: from the MSS (see sender.segments)
 	maxSend  int // send-queue depth
 	maxSGE   int // SGEs per Send/Write
 	termWait time.Duration
@@ -134,9 +135,12 @@ func newConnection(tc *net.TCPConn, info ConnInfo) *connection {
 	return c
 }
 
-// start binds c to q and launches its receiver. Called with q.mu held,
-// once, when the QP becomes connected.
-func (c *connection) start(q *QP) {
+// start binds c to q and readies its receiver: it launches the receive
+// goroutine, or leaves the role parked for the first waiter (see
+// rxStartParked) and reports true, and then the caller puts c on the
+// sweep list once q.mu is released. Called with q.mu held, once, when the
+// QP becomes connected.
+func (c *connection) start(q *QP) (parked bool) {
 	c.q = q
 	c.idle.L = &q.mu
 	c.pd, _ = q.cfg.PD.(*PD)
@@ -145,21 +149,24 @@ func (c *connection) start(q *QP) {
 	c.scq, c.rcq, c.tag = q.scq, q.rcq, q.cfg.Tag
 	c.maxSend = q.cfg.MaxSendWR
 	c.maxSGE = q.cfg.MaxSendSGE
-	c.mulpdu = q.ia.opts.mulpdu
-	if c.mulpdu == 0 {
-		c.mulpdu = autoMULPDU(c.tc)
-	}
+	c.mulpdu = q.ia.opts.mulpdu // 0 (auto): the sender asks the socket when it matters
 	c.termWait = q.ia.opts.closeTimeout
 	c.tx = newSender(c)
 	c.sendLoopFn = c.sendLoop
 	c.raceTx, c.raceRx, c.raceForget = raceClocks(c.info.Local, c.info.Remote)
 	c.rx = newReceiver(c)
 	c.rxc.back = make(chan struct{}, 1)
-	if c.rcq != nil {
-		c.rcq.attach(c)
+	q.ia.conns.Add(1) // until the receive goroutine, started now or later, ends
+	// Parked before a waiter can find the connection on its CQ (attach),
+	// so that the first one takes the role rather than asking a receive
+	// goroutine that does not run for it.
+	c.rxc.parkAtStart()
+	if c.rcq != nil && c.rcq.attach(c) && c.rx.idle != nil {
+		return true
 	}
-	q.ia.conns.Add(1)
-	go c.readLoop()
+	c.rxc.startNow() // not attached alone: no waiter will take the role
+	go c.readLoop(false)
+	return false
 }
 
 // openGate records that the initiator's first complete FPDU arrived.

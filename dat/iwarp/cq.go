@@ -99,16 +99,19 @@ func (cq *CQ) pushHeld(c driver.Completion, held *atomic.Int32) {
 	}
 }
 
-// attach records that c's receives complete on the CQ.
-func (cq *CQ) attach(c *connection) {
+// attach records that c's receives complete on the CQ, and reports
+// whether they are the only ones (a waiter on the CQ may then take c's
+// receive role).
+func (cq *CQ) attach(c *connection) bool {
 	cq.mu.Lock()
+	defer cq.mu.Unlock()
 	cq.rxConns++
 	if cq.rxConns == 1 {
 		cq.rxConn = c
 	} else {
 		cq.rxConn = nil
 	}
-	cq.mu.Unlock()
+	return cq.rxConn == c
 }
 
 // detach undoes attach once c's receiver has stopped.

@@ -319,6 +319,11 @@
 // straight from the socket into registered memory; while such FPDUs
 // come, waiters leave the role alone), a protocol error, the end of the
 // stream. A CQ shared by several connections is waited on as before.
+// A connection whose CQ is its own starts with the role parked and no
+// receive goroutine, which is started the first time the role goes to it
+// (the sweeper's, a waiter handing it back, a local close, a Send the
+// startup rule holds back): a connection waited on as soon as it is up
+// reaches its first byte with no goroutine started and no hand-off.
 // A completion another goroutine queues while a waiter reads the socket
 // (a Send finished by the sender goroutine, an Interrupt) cuts the
 // waiter's read short with a past read deadline, which costs one small

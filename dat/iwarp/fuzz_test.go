@@ -152,8 +152,11 @@ func fuzzOne(t testing.TB, ln net.Listener, data []byte) {
 	c := newConnection(nc.(*net.TCPConn), info)
 	q.mu.Lock()
 	q.state, q.conn = qpConnected, c
-	c.start(q)
+	parked := c.start(q)
 	q.mu.Unlock()
+	if parked {
+		ia.watch(c) // as finishAttempt does: nobody waits, the sweeper starts the receiver
+	}
 	if flags&4 != 0 {
 		_ = q.PostSend(driver.SendWR{ID: 3, Op: driver.OpRDMARead,
 			Local:  []driver.SGE{{Addr: recv.Addr() + 3000, Length: 64, LKey: recv.LKey()}},

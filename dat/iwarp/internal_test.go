@@ -321,3 +321,31 @@ func TestReadCompletesAfterItsBatch(t *testing.T) {
 		cq.Close()
 	}
 }
+
+// TestSegmentsAuto: with mulpdu=auto a sender asks the socket for its MSS
+// only for a message that could need more than one segment, and sizes
+// segments from it as autoMULPDU does; an explicit mulpdu is used as is.
+func TestSegmentsAuto(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	nc, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	s := newSender(&connection{tc: nc.(*net.TCPConn)})
+	if got := s.segments(smallest, false); got != smallest || s.segTagged != 0 {
+		t.Fatalf("a %d-byte message: segment %d, sizes known %v", smallest, got, s.segTagged != 0)
+	}
+	want := newSender(&connection{mulpdu: autoMULPDU(nc.(*net.TCPConn))})
+	if got := s.segments(smallest+1, true); got != want.segTagged || s.segUntagged != want.segUntagged {
+		t.Fatalf("segments %d/%d, want %d/%d", s.segTagged, s.segUntagged, want.segTagged, want.segUntagged)
+	}
+	fixed := newSender(&connection{mulpdu: 1000})
+	if fixed.segments(1, true) != (1000-14)&^7 || fixed.segments(1, false) != (1000-18)&^7 {
+		t.Fatalf("mulpdu=1000: segments %d/%d", fixed.segTagged, fixed.segUntagged)
+	}
+}

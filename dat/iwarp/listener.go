@@ -148,6 +148,13 @@ func listen(ia *IA, cfg driver.ListenConfig) (*Listener, error) {
 	// connection in admission does not live long enough to need it.
 	ka := driver.ResolveKeepAlive(cfg.KeepAlive, cfg.KeepAliveConfig)
 	lc := net.ListenConfig{KeepAlive: -1}
+	// A plain TCP socket, not the Multipath TCP one package net listens
+	// with by default where the kernel has it: MPA runs over one TCP
+	// stream, initiators dial plain TCP (siw does too), and an MPTCP
+	// listener costs every connection it accepts extra work in the
+	// kernel (the subflow's set-up, then each read and write passes
+	// through the MPTCP socket), and refuses TCP options on itself.
+	lc.SetMultipathTCP(false)
 	lc.Control = listenControl(cfg.SharePort, cfg.Control)
 	tl, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {

@@ -133,8 +133,11 @@ func (q *QP) finishAttempt(a *attempt, c *connection, err error) error {
 	}
 	q.state = qpConnected
 	q.conn = c
-	c.start(q)
+	parked := c.start(q)
 	q.mu.Unlock()
+	if parked {
+		q.ia.watch(c)
+	}
 	return nil
 }
 
@@ -364,7 +367,13 @@ func (q *QP) PostSend(wr driver.SendWR) error {
 		// startup rule holds it back, it must wait behind earlier
 		// requests, or it is large: a sender goroutine does it.
 		c.kickLocked()
+		gated := !c.gate
 		q.mu.Unlock()
+		if gated {
+			// The initiator's first FPDU opens the gate: it must be
+			// read even if nobody waits for a completion.
+			c.wakeRx()
+		}
 		return nil
 	}
 	// Inline: take the writer token and the batch in this critical

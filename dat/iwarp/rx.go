@@ -105,9 +105,14 @@ func newReceiver(c *connection) *receiver {
 
 // readLoop is the connection's receive goroutine, the one goroutine an
 // idle connection costs. It reads whenever no waiter does (rxrole.go).
-func (c *connection) readLoop() {
+// late: it was started when the role first came to it, from a waiter that
+// may have left its read deadline on the socket.
+func (c *connection) readLoop(late bool) {
 	defer c.q.ia.conns.Done()
 	rx := c.rx
+	if late {
+		rx.clearDeadline()
+	}
 	if rx.buf == nil {
 		rx.takeBuf()
 	}

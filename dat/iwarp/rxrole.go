@@ -55,6 +55,10 @@ import (
 // While the stream carries FPDUs too large for the read-ahead (rxCtl.bulk)
 // waiters do not ask for the role: they would hand each one straight back.
 //
+// A connection whose receives complete on a CQ of their own starts with
+// the role parked and no receive goroutine (rxStartParked); the goroutine
+// is started the first time the role goes to it.
+//
 // A waiter reading the socket must still see completions that others
 // queue (a Send finished by the sender goroutine, a connection event
 // posted by package dat through Interrupt, a closed CQ): whoever queues
@@ -93,6 +97,49 @@ type rxCtl struct {
 	// protocol error: the receive goroutine returns fatal as its verdict.
 	end   bool
 	fatal error
+	// started: the receive goroutine was started (rxStartParked).
+	started bool
+}
+
+// rxStartParked: a connection whose receives complete on a CQ of their
+// own (the usual case: one rdmanet Conn, one EVD) starts with its role
+// parked for the first waiter, with no receive goroutine, which is started
+// the first time the role goes to it (toLoopLocked): the sweeper's, a
+// waiter handing the role back (the end of the stream, a large FPDU), a
+// local close or disconnect (wakeRx), or a Send the startup rule holds
+// back (PostSend), for which the initiator's first FPDU must be read. A
+// connection that comes up and is waited on at once, as a dialed or
+// accepted connection is, thus costs no goroutine start and no hand-off
+// of the role to its first waiter, each of which woke the scheduler's
+// other processor on the way to the connection's first byte. Until then
+// the connection is as one whose waiter has just parked its role: what
+// arrives with nobody waiting is read within two rxLinger at the latest.
+func (x *rxCtl) parkAtStart() {
+	x.mu.Lock()
+	x.role = rxParked
+	x.parks = 1 // the sweeper's first look only notes it (see sweep)
+	x.mu.Unlock()
+}
+
+// startNow gives the role of a connection that will not start parked to
+// the receive goroutine its caller starts.
+func (x *rxCtl) startNow() {
+	x.mu.Lock()
+	x.role = rxLoop
+	x.started = true
+	x.mu.Unlock()
+}
+
+// toLoopLocked gives the role to the receive goroutine, starting it if it
+// was never started. Callers hold x.mu and have set the role to rxLoop.
+func (c *connection) toLoopLocked() {
+	x := &c.rxc
+	if !x.started {
+		x.started = true
+		go c.readLoop(true)
+		return
+	}
+	x.back <- struct{}{}
 }
 
 type rxRole uint8
@@ -215,7 +262,7 @@ func (c *connection) sweep() bool {
 	}
 	if x.parks == x.seen {
 		x.role = rxLoop
-		x.back <- struct{}{}
+		c.toLoopLocked()
 		return false
 	}
 	x.seen = x.parks
@@ -309,7 +356,7 @@ func (c *connection) unpark() {
 	x.mu.Lock()
 	if x.role == rxParked {
 		x.role = rxLoop
-		x.back <- struct{}{}
+		c.toLoopLocked()
 	}
 	x.mu.Unlock()
 }
@@ -438,7 +485,7 @@ func (c *connection) handBack() {
 	x := &c.rxc
 	x.mu.Lock()
 	x.role = rxLoop
-	x.back <- struct{}{}
+	c.toLoopLocked()
 	x.mu.Unlock()
 }
 

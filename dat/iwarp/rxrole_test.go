@@ -286,3 +286,28 @@ func TestNoWaiterAfterWaiter(t *testing.T) {
 	}
 	remote.checkGuards(t)
 }
+
+// A connection whose CQ is its own starts with the receive role parked
+// and no receive goroutine (rxStartParked); with nobody waiting on the
+// CQ, what arrives is still read, once the sweeper gives the role to the
+// receive goroutine, which starts then.
+func TestReceiverStartsWithoutWaiter(t *testing.T) {
+	leakCheck(t)
+	s := newSide(t)
+	h := newSink()
+	dst := newRegion(t, s.pd, 64, driver.AccessLocalWrite)
+	p, q := rawConnect(t, s, s.cfg(), h, false, 1, 1, func(q *iwarp.QP) {
+		mustPost(t, q.PostRecv(driver.RecvWR{ID: 1, Local: []driver.SGE{dst.sge(0, 64)}}))
+	})
+	if r := iwarp.RxRole(q); r != "parked" && r != "loop" {
+		t.Fatalf("receive role %q at start", r)
+	}
+	p.send(t, p.fpdu(t, wire.FPDU{Header: wire.Header{Opcode: wire.OpSend, Last: true, MSN: 1}, Payload: []byte("hello")}))
+	// Nobody waits on the CQ: look at it without waiting.
+	waitFor(t, "the Send to be received with no waiter", func() bool { return h.cq.Len() > 0 })
+	waitFor(t, "the receive goroutine holding the role", func() bool { return iwarp.RxRole(q) == "loop" })
+	h.expectSuccess(t, 1, driver.OpRecv, 5)
+	if string(dst.buf[:5]) != "hello" {
+		t.Fatalf("received %q", dst.buf[:5])
+	}
+}

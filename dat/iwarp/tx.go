@@ -86,11 +86,41 @@ func newSender(c *connection) *sender {
 	// sends much never pays for the largest batch. Growing the arena
 	// mid-batch is safe: the iovecs taken from it keep the old array.
 	s := &sender{c: c}
-	// Non-last segments carry a multiple of 8 payload bytes, so they need
-	// no pad (both header sizes are multiples of 4) and stay aligned.
-	s.segTagged = (c.mulpdu - (wire.TaggedHeaderLen - wire.ULPDULengthLen)) &^ 7
-	s.segUntagged = (c.mulpdu - (wire.UntaggedHeaderLen - wire.ULPDULengthLen)) &^ 7
+	if c.mulpdu != 0 {
+		s.setSegments(c.mulpdu)
+	}
 	return s
+}
+
+// setSegments sizes non-last segments for a MULPDU of mulpdu. They carry
+// a multiple of 8 payload bytes, so they need no pad (both header sizes
+// are multiples of 4) and stay aligned.
+func (s *sender) setSegments(mulpdu int) {
+	s.segTagged = (mulpdu - (wire.TaggedHeaderLen - wire.ULPDULengthLen)) &^ 7
+	s.segUntagged = (mulpdu - (wire.UntaggedHeaderLen - wire.ULPDULengthLen)) &^ 7
+}
+
+// smallest is the payload any MULPDU the data path may use (at least
+// MinMULPDU) carries in one segment, behind the longer (untagged) header.
+const smallest = (MinMULPDU - (wire.UntaggedHeaderLen - wire.ULPDULengthLen)) &^ 7
+
+// segments returns the payload bytes per non-last segment for a message
+// of total bytes, tagged or not. With mulpdu=auto the MULPDU follows the
+// connection's MSS, which takes a system call to learn: it is asked only
+// for the first message that could need more than one segment, so that
+// setting a connection up and exchanging small messages (rdmanet's
+// control messages, a first byte) costs none.
+func (s *sender) segments(total uint32, tagged bool) int {
+	if s.segTagged == 0 {
+		if total <= smallest {
+			return smallest // one segment, whatever the MULPDU
+		}
+		s.setSegments(autoMULPDU(s.c.tc))
+	}
+	if tagged {
+		return s.segTagged
+	}
+	return s.segUntagged
 }
 
 // stepResult is what one sender step did.
@@ -326,7 +356,6 @@ func (s *sender) frame(it *txItem, nfpdu, nbytes *int) bool {
 
 	var h wire.Header
 	var base uint64
-	segMax := s.segTagged
 	switch {
 	case it.wr == nil:
 		h = wire.Header{Opcode: wire.OpReadResponse, STag: it.rr.sinkSTag}
@@ -339,9 +368,9 @@ func (s *sender) frame(it *txItem, nfpdu, nbytes *int) bool {
 		if it.wr.flags&driver.SendSolicited != 0 {
 			h.Opcode = wire.OpSendSE
 		}
-		segMax = s.segUntagged
 	}
 	total := it.total()
+	segMax := s.segments(total, h.Opcode.Tagged())
 	for {
 		if *nfpdu >= maxBatchFPDUs || (*nfpdu > 0 && *nbytes >= maxBatchBytes) {
 			return false
