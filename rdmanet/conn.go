@@ -25,12 +25,15 @@ import (
 type Conn struct {
 	id   uint64    // process-wide number, for listings and logs
 	born time.Time // when the Conn was made
-	log  *slog.Logger
-	ia   *sharedIA
-	cfg  connConfig
-	ep   *dat.EP
-	evd  *dat.EVD
-	ctrl *region // control send slots, and receive slots without arena (in mem)
+	// setupTook is how long a dial took to set the Conn up, for how long
+	// closing it lets its spares' dials finish (spareGraceFor).
+	setupTook time.Duration
+	log       *slog.Logger
+	ia        *sharedIA
+	cfg       connConfig
+	ep        *dat.EP
+	evd       *dat.EVD
+	ctrl      *region // control send slots, and receive slots without arena (in mem)
 	// arena is the IA's shared receive queue our control receives come
 	// from (ctrlpool.go); nil: they are our own, posted on our EP.
 	// arenaHeld: our reservation in it is not given back yet.
