@@ -29,3 +29,7 @@ func SetSpinAdvice(ia *IA, d time.Duration) {
 func NoProgress(e *EVD) {
 	e.prog = nil
 }
+
+// FreshSpinBackoff is ia's adaptive back-off for EVDs that have not spun
+// yet (IA.freshSpin).
+func FreshSpinBackoff(ia *IA) uint32 { return ia.freshSpin.backoff.Load() }

@@ -16,8 +16,11 @@ const (
 	// somewhere the spin keeps from running, costs little; where the
 	// provider advises a spin, a wait that ends within four spin times
 	// of its start makes the next one spin again, so that both ends of a
-	// request/response exchange do not settle into sleeping. It is the
-	// default.
+	// request/response exchange do not settle into sleeping. An EVD that
+	// has not spun yet (a new connection's) follows a back-off of the
+	// IA's instead, which the first spin of each EVD feeds: where new
+	// connections' first spins run out, the next ones' first waits sleep
+	// at once. It is the default.
 	PollAdaptive PollMode = iota
 	// PollBusy never sleeps: the waiter polls until its event comes or
 	// its time runs out. Lowest latency, one busy core per waiter.

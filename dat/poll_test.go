@@ -142,3 +142,47 @@ func TestAdaptiveBackOff(t *testing.T) {
 		})
 	}
 }
+
+// TestFreshEVDBackOff follows the IA's back-off for EVDs that have not
+// spun yet: an EVD's first spin that runs out makes the next fresh EVD's
+// first wait sleep at once, and a first spin that catches its event
+// ends the back-off. Each EVD waits as its own would once it has spun.
+func TestFreshEVDBackOff(t *testing.T) {
+	// Generous times, as in TestAdaptiveBackOff: only whether an event
+	// comes before or after the spin's end matters.
+	const spin = 100 * time.Millisecond
+	p := pollSide(t, dat.PollPolicy{Mode: dat.PollAdaptive, Spin: spin})
+	dat.SetSpinAdvice(p.ia, time.Millisecond)
+	fresh := func() *dat.EVD {
+		t.Helper()
+		e, err := p.ia.CreateEVD(64, dat.EVDDefault|dat.EVDSoftware)
+		require.NoError(t, err)
+		t.Cleanup(func() { e.Free() })
+		dat.NoProgress(e)
+		return e
+	}
+	waitAfter := func(e *dat.EVD, d time.Duration) {
+		t.Helper()
+		tm := time.AfterFunc(d, func() { e.PostSE(nil) })
+		defer tm.Stop()
+		ev, _, err := e.Wait(dat.TimeoutOf(eventWait), 1)
+		require.NoError(t, err)
+		require.Equal(t, dat.SoftwareEvent, ev.Number)
+	}
+	first := fresh()
+	waitAfter(first, 6*spin) // its first spin runs out
+	require.Equal(t, uint32(1), first.SpinBackoff())
+	require.Equal(t, uint32(1), dat.FreshSpinBackoff(p.ia), "after a first spin that ran out")
+
+	second := fresh()
+	waitAfter(second, spin/2) // sleeps at once: the IA's back-off
+	require.Equal(t, uint32(1), dat.FreshSpinBackoff(p.ia), "a wait that did not spin teaches nothing")
+	waitAfter(second, spin/2) // its first spin, which catches the event
+	require.Zero(t, dat.FreshSpinBackoff(p.ia), "after a first spin that paid")
+	require.Zero(t, second.SpinBackoff())
+
+	// The first EVD has spun: its own back-off (1) decides, and a short
+	// wait ends it (the activeSpans rule), whatever the IA's.
+	waitAfter(first, spin/2)
+	require.Zero(t, first.SpinBackoff())
+}
