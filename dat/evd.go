@@ -128,6 +128,16 @@ const activeSpans = 4
 // spins again to find out. An EVD's own back-off, and the activeSpans
 // rule, take over once it has spun.
 
+// An EVD without a CQ (connection requests, connection events, software
+// events) never spins under PollAdaptive: its events come from goroutines
+// of this process (a provider's listener, a consumer's PostSE), which a
+// spin does not see sooner and may keep from a processor, whatever the
+// provider advises for completions. Traced in rdmanet's BenchmarkDial (2
+// shared cores): a listener waiting for the next connection request spun
+// every other wait (each ended within activeSpans of its start, dials
+// coming every 350 µs) and ran out, yielding all the while, which woke
+// another processor at each yield.
+
 // pollBatch is how many completions one CQ poll takes.
 const pollBatch = 16
 
@@ -552,7 +562,7 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 		e.reportLost(lost)
 		if first {
 			first = false
-			if d := policy.spin(e.ia.attr.Spin); policy.Mode == PollAdaptive && d > 0 {
+			if d := policy.spin(e.ia.attr.Spin); policy.Mode == PollAdaptive && d > 0 && e.cq != nil {
 				spin, begun = d, time.Now()
 				switch {
 				case !e.spun:

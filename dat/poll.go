@@ -20,7 +20,10 @@ const (
 	// has not spun yet (a new connection's) follows a back-off of the
 	// IA's instead, which the first spin of each EVD feeds: where new
 	// connections' first spins run out, the next ones' first waits sleep
-	// at once. It is the default.
+	// at once. An EVD without DTO completions (connection requests and
+	// events, software events) sleeps at once: its events come from
+	// goroutines, not from a device or a CQ a spin can progress. It is
+	// the default.
 	PollAdaptive PollMode = iota
 	// PollBusy never sleeps: the waiter polls until its event comes or
 	// its time runs out. Lowest latency, one busy core per waiter.

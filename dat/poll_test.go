@@ -186,3 +186,23 @@ func TestFreshEVDBackOff(t *testing.T) {
 	waitAfter(first, spin/2)
 	require.Zero(t, first.SpinBackoff())
 }
+
+// TestNoSpinWithoutCQ: an EVD that takes no DTO completions (connection
+// requests, software events) sleeps at once under PollAdaptive, whatever
+// the provider advises: a wait far longer than the spin leaves no
+// back-off behind, as a spin that ran out would.
+func TestNoSpinWithoutCQ(t *testing.T) {
+	const spin = 20 * time.Millisecond
+	p := pollSide(t, dat.PollPolicy{Mode: dat.PollAdaptive, Spin: spin})
+	dat.SetSpinAdvice(p.ia, time.Millisecond)
+	e, err := p.ia.CreateEVD(64, dat.EVDCR|dat.EVDSoftware)
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Free() })
+	tm := time.AfterFunc(6*spin, func() { e.PostSE(nil) })
+	defer tm.Stop()
+	ev, _, err := e.Wait(dat.TimeoutOf(eventWait), 1)
+	require.NoError(t, err)
+	require.Equal(t, dat.SoftwareEvent, ev.Number)
+	require.Zero(t, e.SpinBackoff())
+	require.Zero(t, dat.FreshSpinBackoff(p.ia))
+}
