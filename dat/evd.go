@@ -68,6 +68,9 @@ type EVD struct {
 	// the IA's back-off for fresh EVDs (IA.freshSpin), not its own, and
 	// the outcome of that first spin is what the IA learns from.
 	spun bool
+	// quick counts the waits in a row, before the first spin, that ended
+	// within activeSpans spin times of their start (see warmUp).
+	quick uint8
 
 	// oneOnly mirrors streams.thresholdOneOnly for Wait, which must not
 	// take ia.mu.
@@ -127,6 +130,18 @@ const activeSpans = 4
 // 4, ... up to maxSpinBackoff of them, across the IA), and then one
 // spins again to find out. An EVD's own back-off, and the activeSpans
 // rule, take over once it has spun.
+//
+// Nor does a fresh EVD spin before its waits show a busy exchange:
+// warmUp waits in a row that each ended within activeSpans spin times of
+// their start. A connection that carries one request and its answer
+// (a dial and its first message each way) never spins then, and spins
+// that could not pay cost it nothing; one that goes on exchanging spins
+// from its third wait. Traced in BenchmarkDial with the IA's back-off
+// alone, the server's wait for the first byte still caught it within
+// the spin more often than not, so fresh spins kept being found to pay,
+// and the dialer's wait for the echo then spun and ran out in two cases
+// of three.
+const warmUp = 2
 
 // An EVD without a CQ (connection requests, connection events, software
 // events) never spins under PollAdaptive: its events come from goroutines
@@ -551,6 +566,13 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 			if spinning && probe {
 				e.ia.freshSpin.paid()
 			}
+			if !e.spun && spin > 0 {
+				if time.Since(begun) <= activeSpans*spin {
+					e.quick = min(e.quick+1, warmUp)
+				} else {
+					e.quick = 0
+				}
+			}
 			ev := e.popLocked()
 			n := e.n
 			e.waiting = false
@@ -566,7 +588,7 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 				spin, begun = d, time.Now()
 				switch {
 				case !e.spun:
-					if !e.ia.freshSpin.skip() {
+					if e.quick >= warmUp && !e.ia.freshSpin.skip() {
 						spinUntil, spinning = begun.Add(spin), true
 						probe, e.spun = true, true
 					}

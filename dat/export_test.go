@@ -33,3 +33,6 @@ func NoProgress(e *EVD) {
 // FreshSpinBackoff is ia's adaptive back-off for EVDs that have not spun
 // yet (IA.freshSpin).
 func FreshSpinBackoff(ia *IA) uint32 { return ia.freshSpin.backoff.Load() }
+
+// WarmUp is how many quick waits a fresh EVD makes before it may spin.
+const WarmUp = warmUp

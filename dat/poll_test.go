@@ -131,6 +131,9 @@ func TestAdaptiveBackOff(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, dat.SoftwareEvent, ev.Number)
 			}
+			for range dat.WarmUp {
+				waitAfter(spin / 2) // a fresh EVD's: sleeps at once, ends soon
+			}
 			waitAfter(6 * spin) // the spin runs out, and so does the exchange
 			require.Equal(t, uint32(1), p.evd.SpinBackoff(), "after a spin that ran out")
 			waitAfter(spin / 2) // sleeps at once (the back-off), ends soon
@@ -143,8 +146,9 @@ func TestAdaptiveBackOff(t *testing.T) {
 	}
 }
 
-// TestFreshEVDBackOff follows the IA's back-off for EVDs that have not
-// spun yet: an EVD's first spin that runs out makes the next fresh EVD's
+// TestFreshEVDBackOff follows a fresh EVD's waits: none spins before
+// dat.WarmUp waits in a row ended soon after they began; then an EVD's
+// first spin that runs out makes the next fresh EVD's
 // first wait sleep at once, and a first spin that catches its event
 // ends the back-off. Each EVD waits as its own would once it has spun.
 func TestFreshEVDBackOff(t *testing.T) {
@@ -169,12 +173,22 @@ func TestFreshEVDBackOff(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, dat.SoftwareEvent, ev.Number)
 	}
+	warm := func(e *dat.EVD) {
+		t.Helper()
+		for range dat.WarmUp {
+			waitAfter(e, spin/2) // sleeps at once, ends soon
+		}
+	}
 	first := fresh()
+	waitAfter(first, 6*spin) // before its warm-up: sleeps at once
+	require.Zero(t, first.SpinBackoff(), "a fresh EVD spins only once its waits show a busy exchange")
+	warm(first)
 	waitAfter(first, 6*spin) // its first spin runs out
 	require.Equal(t, uint32(1), first.SpinBackoff())
 	require.Equal(t, uint32(1), dat.FreshSpinBackoff(p.ia), "after a first spin that ran out")
 
 	second := fresh()
+	warm(second)
 	waitAfter(second, spin/2) // sleeps at once: the IA's back-off
 	require.Equal(t, uint32(1), dat.FreshSpinBackoff(p.ia), "a wait that did not spin teaches nothing")
 	waitAfter(second, spin/2) // its first spin, which catches the event
