@@ -138,7 +138,7 @@
 // does: with an idle processor, Go's scheduler wakes another thread to
 // run it, and on two shared virtual cores that wake-up, and the core it
 // takes from the one doing the work, is what a dial mostly waits for
-// (the same dial and echo take 1.5-1.9× TCP's time with GOMAXPROCS=1).
+// (the same dial and echo take 1.5-2.1× TCP's time with GOMAXPROCS=1).
 // So does a waiter that spins: a spin takes a processor, and yields it
 // only to wake another thread, while the peer's answer needs one for
 // its own set-up work (accepting the connection, the goroutines that
