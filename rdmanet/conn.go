@@ -441,6 +441,17 @@ func (c *Conn) Close() error {
 // disconnect was graceful.
 func (c *Conn) teardown() (graceful bool) {
 	c.unholdFirst() // its timer must not outlive the Conn
+	if c.cfg.poll.Mode == dat.PollAdaptive {
+		// Nobody's latency waits on a close: its waits sleep at once
+		// rather than spin, which would take a processor from the peer
+		// (or this process's other connections) for a FIN or a
+		// disconnect that come when they come. Traced in BenchmarkDial
+		// (2 shared cores), each close spun up to 100 µs, and since it
+		// was often a new connection's first spin, which the IA learns
+		// from (see dat.PollAdaptive), its quick disconnects taught the
+		// IA that new connections' spins paid when their Reads' did not.
+		c.evd.SetPollPolicy(dat.PollPolicy{Mode: dat.PollEvent})
+	}
 	var expired atomic.Bool
 	limit := time.AfterFunc(lingerTimeout, func() { expired.Store(true); c.kick() })
 	drained, gone := false, false
