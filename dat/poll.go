@@ -20,7 +20,8 @@ const (
 	// has not spun yet (a new connection's) sleeps at once until two of
 	// its waits in a row ended within four spin times, and then follows a
 	// back-off of the IA's, which the first spin of each EVD feeds: where
-	// new connections' first spins run out, the next ones' sleep at once. An EVD without DTO completions (connection requests and
+	// new connections' first spins run out, the next ones' sleep at
+	// once. An EVD without DTO completions (connection requests and
 	// events, software events) sleeps at once: its events come from
 	// goroutines, not from a device or a CQ a spin can progress. It is
 	// the default.

@@ -160,16 +160,16 @@
 // one round trip, an iWARP one a connect and two (the MPA exchange, then
 // the byte's), each of them wake-ups of goroutines on both ends, and the
 // listener hands a request from its accept loop to its serve goroutine
-// and the connection from there to Accept (TCP: one hand-off). In a trace, the MPA
-// Request's and Reply's writes took 10-20 µs each (the kernel creates
+// and the connection from there to Accept (TCP: one hand-off). In a
+// trace, the MPA Request's and Reply's writes took 10-20 µs each (the kernel creates
 // the server's socket, as the connect does for TCP, since the listener
 // defers accepting until data arrives, and wakes the peer's thread), the
 // listener's answer from the request to its Reply ~15 µs, and the
 // dialer's from the Reply to its first Write ~20 µs; in the CPU profile
 // the scheduler's wake-ups and idling (futex, findRunnable, wakep) take
 // about a quarter of the process's time, system calls most of the rest,
-// and creating the Conns of both ends 3%. The listener's admission reads a Request that has arrived
-// whole in one read, its socket is plain TCP (not Multipath TCP) and
+// and creating the Conns of both ends 3%. The listener's admission
+// reads a Request that has arrived whole in one read, its socket is plain TCP (not Multipath TCP) and
 // passes its keepalive options on to the connections it accepts, the
 // dialer sets TCP_NODELAY only once, neither side reads its keepalive
 // options back for TCP_USER_TIMEOUT, and neither asks for its MSS before
