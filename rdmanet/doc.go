@@ -86,29 +86,39 @@
 //
 // # Two processes
 //
-// Between two processes on one host (loopback iWARP, two shared cores),
-// large streams ran at 0.60× to 0.66× TCP with 1 MiB Writes and 0.80× to
-// 0.96× with 64 KiB ones (scripts/bench-loopback.sh, two runs of 4 and 5
-// rounds; the 64 KiB differences were within the noise), and
-// neither process uses its core: profiled, each was busy about 60% of
-// the run.
-// The stream is a loop of waits, not of work. The writer waits for ring
-// space for 40% (1 MiB Writes) to 70% (64 KiB) of the run (Conn.Stats);
-// the reader waits for data; the provider's receive goroutine waits for
-// the socket half of the time. Each turn of the loop is the writer's
-// socket write, the receive goroutine placing the bytes in the ring, the
-// reader woken for the control message after them (13% of the reader's
-// time went to being runnable and not running: three busy threads, the
-// sender's, the receive goroutine and the reader, on two cores), its copy
-// and its credit report, whose write costs about 20 µs on loopback (the
-// kernel delivers it and wakes the writer's thread within that system
-// call), and the writer woken for the report. The copy out of the ring is
-// 8-10% of the reading process's CPU, so a zero-copy Read would not change
-// the loop much. What did not move it beyond the noise: rings of 2 to 8 MiB,
-// reservations of a quarter to a sixteenth of the ring, credit batches of
-// half to an eighth of it, a Read returning credit as it copies, and a
-// reader that places large frames itself instead of the receive goroutine
-// (no hand-off left, but placement and copy no longer overlap).
+// Between two processes on one host (loopback iWARP, two shared cores,
+// scripts/bench-loopback.sh, medians of 5 interleaved runs), large
+// streams ran at 0.81× TCP with 1 MiB Writes (3282 against 4028 MiB/s)
+// and 0.86× with 64 KiB ones, and 1.38× with 4 KiB ones, where TCP had a
+// slow run (553 MiB/s; it moved about 1100 in others); the run-to-run
+// spread on that shared machine was 20-40%. Neither process uses its
+// core: the stream is a loop of waits, not of work, and on two shared
+// cores the wake-ups in it cost more than the copies. Each turn of the
+// loop is the writer's socket write (by the provider's sender goroutine,
+// woken for it), the reader placing the ring data and the control
+// message after it, its copy and its credit report, whose write costs
+// about 20 µs on loopback (the kernel delivers it and wakes the writer's
+// thread within that system call), and the writer woken for the report.
+// The reader places the data itself: it holds the provider's receive
+// role while it waits and runs each 64 KiB FPDU once it has arrived
+// whole (see "Receiving in the waiter's goroutine" in dat/iwarp); when
+// the provider's receive goroutine placed it and woke the reader for
+// each chunk, that wake-up, on the other processor, made 1 MiB streams
+// 0.71× TCP and cost 0.62 CPU-seconds per GB against 0.53 now (with
+// both processes at GOMAXPROCS=1, so that no wake-up crossed processors,
+// the same code had moved 1.57× as much). What is left is mostly the
+// writer's side: the sender goroutine the provider starts for each large
+// chunk and the completion it hands back (with only the writing process
+// at GOMAXPROCS=1, 1.19× as much; with only the reading one, 1.25×).
+// The copy out of the ring is 10-13% of the reading process's CPU, so a
+// zero-copy Read would not change the loop much. What did not help: rings
+// of 2 to 16 MiB (no faster; 4 and 16 MiB rings were 27-33% slower at
+// 1 MiB in one run of four rounds, and a 4 MiB ring cost 22% more CPU per
+// GB at 64 KiB: its data no longer stays in the caches), writers that sleep at
+// once instead of spinning while flow control blocks them (within the
+// noise), reservations of a quarter to a sixteenth of the ring, credit
+// batches of half to an eighth of it, and a Read returning credit as it
+// copies.
 //
 // # Connection setup
 //
