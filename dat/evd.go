@@ -64,6 +64,13 @@ type EVD struct {
 	// resets it. Only the waiter touches them, and successive waiters are
 	// ordered by mu (the waiting flag).
 	spinSkip, spinBackoff uint32
+	// spun is set by the EVD's first spin. Until then its waits follow
+	// the IA's back-off for fresh EVDs (IA.freshSpin), not its own, and
+	// the outcome of that first spin is what the IA learns from.
+	spun bool
+	// quick counts the waits in a row, before the first spin, that ended
+	// within activeSpans spin times of their start (see warmUp).
+	quick uint8
 
 	// oneOnly mirrors streams.thresholdOneOnly for Wait, which must not
 	// take ia.mu.
@@ -106,6 +113,45 @@ const maxSpinBackoff = 64
 // ran out may itself have held the completion back until just after it,
 // and only the back-off breaks that; such a provider advises no spin.
 const activeSpans = 4
+
+// A fresh EVD (a new connection's) has no history of its own, and its
+// first waits are where a spin is least likely to pay: the peer is still
+// setting the connection up (accepting it, starting the goroutines that
+// serve it), work that the spin takes a processor from. Measured in
+// process on two shared cores (rdmanet's BenchmarkDial, a dial and one
+// byte echoed): each new connection's waits spun 100 µs and ran out,
+// and the peer's answer came just after each spin ended; with the spin
+// off, a dial took 0.6× the time. So whether such waits spin is learnt
+// across the IA: the first spin of each EVD counts for the IA's
+// back-off (freshSpin), which the waits of EVDs that have not spun yet
+// follow, as an EVD's own waits follow its own back-off. Where those
+// spins pay (a peer already running, as in a ping-pong), fresh EVDs spin
+// at once; where they run out, the next fresh waits sleep at once (1, 2,
+// 4, ... up to maxSpinBackoff of them, across the IA), and then one
+// spins again to find out. An EVD's own back-off, and the activeSpans
+// rule, take over once it has spun.
+//
+// Nor does a fresh EVD spin before its waits show a busy exchange:
+// warmUp waits in a row that each ended within activeSpans spin times of
+// their start. A connection that carries one request and its answer
+// (a dial and its first message each way) never spins then, and spins
+// that could not pay cost it nothing; one that goes on exchanging spins
+// from its third wait. Traced in BenchmarkDial with the IA's back-off
+// alone, the server's wait for the first byte still caught it within
+// the spin more often than not, so fresh spins kept being found to pay,
+// and the dialer's wait for the echo then spun and ran out in two cases
+// of three.
+const warmUp = 2
+
+// An EVD without a CQ (connection requests, connection events, software
+// events) never spins under PollAdaptive: its events come from goroutines
+// of this process (a provider's listener, a consumer's PostSE), which a
+// spin does not see sooner and may keep from a processor, whatever the
+// provider advises for completions. Traced in rdmanet's BenchmarkDial (2
+// shared cores): a listener waiting for the next connection request spun
+// every other wait (each ended within activeSpans of its start, dials
+// coming every 350 µs) and ran out, yielding all the while, which woke
+// another processor at each yield.
 
 // pollBatch is how many completions one CQ poll takes.
 const pollBatch = 16
@@ -492,6 +538,7 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 	var spinUntil, begun time.Time
 	var spin time.Duration // PollAdaptive's, once this wait has looked
 	spinning := false      // in the spin phase of this wait
+	probe := false         // this wait's spin is the EVD's first (see freshSpin)
 	spins := 0
 	var timer *time.Timer
 	var stopCtx func() bool
@@ -511,10 +558,20 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 		}
 		lost := e.pollLocked()
 		if e.n >= threshold && (first || e.notified != seen) {
-			if spinning || e.ia.attr.Spin > 0 && spin > 0 && time.Since(begun) <= activeSpans*spin {
+			if spinning || e.spun && e.ia.attr.Spin > 0 && spin > 0 && time.Since(begun) <= activeSpans*spin {
 				// The spin paid, or would in a busy exchange (see
 				// activeSpans).
 				e.spinBackoff, e.spinSkip = 0, 0
+			}
+			if spinning && probe {
+				e.ia.freshSpin.paid()
+			}
+			if !e.spun && spin > 0 {
+				if time.Since(begun) <= activeSpans*spin {
+					e.quick = min(e.quick+1, warmUp)
+				} else {
+					e.quick = 0
+				}
 			}
 			ev := e.popLocked()
 			n := e.n
@@ -527,11 +584,17 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 		e.reportLost(lost)
 		if first {
 			first = false
-			if d := policy.spin(e.ia.attr.Spin); policy.Mode == PollAdaptive && d > 0 {
+			if d := policy.spin(e.ia.attr.Spin); policy.Mode == PollAdaptive && d > 0 && e.cq != nil {
 				spin, begun = d, time.Now()
-				if e.spinSkip > 0 {
+				switch {
+				case !e.spun:
+					if e.quick >= warmUp && !e.ia.freshSpin.skip() {
+						spinUntil, spinning = begun.Add(spin), true
+						probe, e.spun = true, true
+					}
+				case e.spinSkip > 0:
 					e.spinSkip--
-				} else {
+				default:
 					spinUntil, spinning = begun.Add(spin), true
 				}
 			}
@@ -558,6 +621,9 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 			spinning = false
 			e.spinBackoff = min(max(2*e.spinBackoff, 1), maxSpinBackoff)
 			e.spinSkip = e.spinBackoff
+			if probe {
+				e.ia.freshSpin.missed()
+			}
 		}
 		switch {
 		case policy.Mode == PollBusy || spinning:
@@ -742,4 +808,42 @@ func (e *EVD) kill() {
 		e.wakeLocked()
 	}
 	e.mu.Unlock()
+}
+
+// sharedBackoff is PollAdaptive's back-off for the waits of an IA's EVDs
+// that have not spun yet (see freshSpin in EVD.wait): the same doubling
+// an EVD's own back-off does, shared by the IA's EVDs, so it is atomic.
+// Concurrent updates may lose one another; it is a heuristic, and any
+// value it holds is a valid one.
+type sharedBackoff struct {
+	skips   atomic.Uint32 // waits left that sleep at once
+	backoff atomic.Uint32 // the current back-off (0: spins pay)
+}
+
+// skip reports whether a fresh EVD's wait sleeps at once, and counts it.
+func (b *sharedBackoff) skip() bool {
+	for {
+		n := b.skips.Load()
+		if n == 0 {
+			return false
+		}
+		if b.skips.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
+
+// missed records a fresh EVD's spin that ran out.
+func (b *sharedBackoff) missed() {
+	n := min(max(2*b.backoff.Load(), 1), maxSpinBackoff)
+	b.backoff.Store(n)
+	b.skips.Store(n)
+}
+
+// paid records a fresh EVD's spin that caught its event.
+func (b *sharedBackoff) paid() {
+	if b.backoff.Load() != 0 {
+		b.backoff.Store(0)
+		b.skips.Store(0)
+	}
 }

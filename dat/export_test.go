@@ -29,3 +29,10 @@ func SetSpinAdvice(ia *IA, d time.Duration) {
 func NoProgress(e *EVD) {
 	e.prog = nil
 }
+
+// FreshSpinBackoff is ia's adaptive back-off for EVDs that have not spun
+// yet (IA.freshSpin).
+func FreshSpinBackoff(ia *IA) uint32 { return ia.freshSpin.backoff.Load() }
+
+// WarmUp is how many quick waits a fresh EVD makes before it may spin.
+const WarmUp = warmUp

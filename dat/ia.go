@@ -47,6 +47,9 @@ type IA struct {
 
 	// poll is how waiters wait for completions.
 	poll PollPolicy
+	// freshSpin is the adaptive spin's back-off for EVDs that have not
+	// spun yet (see EVD.wait).
+	freshSpin sharedBackoff
 
 	// qps maps the Tag of every live provider QP to its EP, for the
 	// completion path; tagMu guards it (and nextTag) apart from mu, so

@@ -16,8 +16,14 @@ const (
 	// somewhere the spin keeps from running, costs little; where the
 	// provider advises a spin, a wait that ends within four spin times
 	// of its start makes the next one spin again, so that both ends of a
-	// request/response exchange do not settle into sleeping. It is the
-	// default.
+	// request/response exchange do not settle into sleeping. An EVD that
+	// has not spun yet (a new connection's) sleeps at once until two of
+	// its waits in a row ended within four spin times, and then follows a
+	// back-off of the IA's, which the first spin of each EVD feeds: where
+	// new connections' first spins run out, the next ones' sleep at once. An EVD without DTO completions (connection requests and
+	// events, software events) sleeps at once: its events come from
+	// goroutines, not from a device or a CQ a spin can progress. It is
+	// the default.
 	PollAdaptive PollMode = iota
 	// PollBusy never sleeps: the waiter polls until its event comes or
 	// its time runs out. Lowest latency, one busy core per waiter.

@@ -131,6 +131,9 @@ func TestAdaptiveBackOff(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, dat.SoftwareEvent, ev.Number)
 			}
+			for range dat.WarmUp {
+				waitAfter(spin / 2) // a fresh EVD's: sleeps at once, ends soon
+			}
 			waitAfter(6 * spin) // the spin runs out, and so does the exchange
 			require.Equal(t, uint32(1), p.evd.SpinBackoff(), "after a spin that ran out")
 			waitAfter(spin / 2) // sleeps at once (the back-off), ends soon
@@ -141,4 +144,79 @@ func TestAdaptiveBackOff(t *testing.T) {
 			require.Equal(t, want, p.evd.SpinBackoff(), "after a short wait")
 		})
 	}
+}
+
+// TestFreshEVDBackOff follows a fresh EVD's waits: none spins before
+// dat.WarmUp waits in a row ended soon after they began; then an EVD's
+// first spin that runs out makes the next fresh EVD's
+// first wait sleep at once, and a first spin that catches its event
+// ends the back-off. Each EVD waits as its own would once it has spun.
+func TestFreshEVDBackOff(t *testing.T) {
+	// Generous times, as in TestAdaptiveBackOff: only whether an event
+	// comes before or after the spin's end matters.
+	const spin = 100 * time.Millisecond
+	p := pollSide(t, dat.PollPolicy{Mode: dat.PollAdaptive, Spin: spin})
+	dat.SetSpinAdvice(p.ia, time.Millisecond)
+	fresh := func() *dat.EVD {
+		t.Helper()
+		e, err := p.ia.CreateEVD(64, dat.EVDDefault|dat.EVDSoftware)
+		require.NoError(t, err)
+		t.Cleanup(func() { e.Free() })
+		dat.NoProgress(e)
+		return e
+	}
+	waitAfter := func(e *dat.EVD, d time.Duration) {
+		t.Helper()
+		tm := time.AfterFunc(d, func() { e.PostSE(nil) })
+		defer tm.Stop()
+		ev, _, err := e.Wait(dat.TimeoutOf(eventWait), 1)
+		require.NoError(t, err)
+		require.Equal(t, dat.SoftwareEvent, ev.Number)
+	}
+	warm := func(e *dat.EVD) {
+		t.Helper()
+		for range dat.WarmUp {
+			waitAfter(e, spin/2) // sleeps at once, ends soon
+		}
+	}
+	first := fresh()
+	waitAfter(first, 6*spin) // before its warm-up: sleeps at once
+	require.Zero(t, first.SpinBackoff(), "a fresh EVD spins only once its waits show a busy exchange")
+	warm(first)
+	waitAfter(first, 6*spin) // its first spin runs out
+	require.Equal(t, uint32(1), first.SpinBackoff())
+	require.Equal(t, uint32(1), dat.FreshSpinBackoff(p.ia), "after a first spin that ran out")
+
+	second := fresh()
+	warm(second)
+	waitAfter(second, spin/2) // sleeps at once: the IA's back-off
+	require.Equal(t, uint32(1), dat.FreshSpinBackoff(p.ia), "a wait that did not spin teaches nothing")
+	waitAfter(second, spin/2) // its first spin, which catches the event
+	require.Zero(t, dat.FreshSpinBackoff(p.ia), "after a first spin that paid")
+	require.Zero(t, second.SpinBackoff())
+
+	// The first EVD has spun: its own back-off (1) decides, and a short
+	// wait ends it (the activeSpans rule), whatever the IA's.
+	waitAfter(first, spin/2)
+	require.Zero(t, first.SpinBackoff())
+}
+
+// TestNoSpinWithoutCQ: an EVD that takes no DTO completions (connection
+// requests, software events) sleeps at once under PollAdaptive, whatever
+// the provider advises: a wait far longer than the spin leaves no
+// back-off behind, as a spin that ran out would.
+func TestNoSpinWithoutCQ(t *testing.T) {
+	const spin = 20 * time.Millisecond
+	p := pollSide(t, dat.PollPolicy{Mode: dat.PollAdaptive, Spin: spin})
+	dat.SetSpinAdvice(p.ia, time.Millisecond)
+	e, err := p.ia.CreateEVD(64, dat.EVDCR|dat.EVDSoftware)
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Free() })
+	tm := time.AfterFunc(6*spin, func() { e.PostSE(nil) })
+	defer tm.Stop()
+	ev, _, err := e.Wait(dat.TimeoutOf(eventWait), 1)
+	require.NoError(t, err)
+	require.Equal(t, dat.SoftwareEvent, ev.Number)
+	require.Zero(t, e.SpinBackoff())
+	require.Zero(t, dat.FreshSpinBackoff(p.ia))
 }

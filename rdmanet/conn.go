@@ -25,12 +25,15 @@ import (
 type Conn struct {
 	id   uint64    // process-wide number, for listings and logs
 	born time.Time // when the Conn was made
-	log  *slog.Logger
-	ia   *sharedIA
-	cfg  connConfig
-	ep   *dat.EP
-	evd  *dat.EVD
-	ctrl *region // control send slots, and receive slots without arena (in mem)
+	// setupTook is how long a dial took to set the Conn up, for how long
+	// closing it lets its spares' dials finish (spareGraceFor).
+	setupTook time.Duration
+	log       *slog.Logger
+	ia        *sharedIA
+	cfg       connConfig
+	ep        *dat.EP
+	evd       *dat.EVD
+	ctrl      *region // control send slots, and receive slots without arena (in mem)
 	// arena is the IA's shared receive queue our control receives come
 	// from (ctrlpool.go); nil: they are our own, posted on our EP.
 	// arenaHeld: our reservation in it is not given back yet.
@@ -438,6 +441,17 @@ func (c *Conn) Close() error {
 // disconnect was graceful.
 func (c *Conn) teardown() (graceful bool) {
 	c.unholdFirst() // its timer must not outlive the Conn
+	if c.cfg.poll.Mode == dat.PollAdaptive {
+		// Nobody's latency waits on a close: its waits sleep at once
+		// rather than spin, which would take a processor from the peer
+		// (or this process's other connections) for a FIN or a
+		// disconnect that come when they come. Traced in BenchmarkDial
+		// (2 shared cores), each close spun up to 100 µs, and since it
+		// was often a new connection's first spin, which the IA learns
+		// from (see dat.PollAdaptive), its quick disconnects taught the
+		// IA that new connections' spins paid when their Reads' did not.
+		c.evd.SetPollPolicy(dat.PollPolicy{Mode: dat.PollEvent})
+	}
 	var expired atomic.Bool
 	limit := time.AfterFunc(lingerTimeout, func() { expired.Store(true); c.kick() })
 	drained, gone := false, false

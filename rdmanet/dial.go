@@ -330,6 +330,7 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 		c.abandon()
 		return nil, opError("dial", local, dst, err)
 	}
+	c.setupTook = time.Since(c.born)
 	if spareDial {
 		c.releaseFirst() // nobody calls a spare until a dial takes it
 		return c, nil

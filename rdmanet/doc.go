@@ -148,29 +148,43 @@
 // does: with an idle processor, Go's scheduler wakes another thread to
 // run it, and on two shared virtual cores that wake-up, and the core it
 // takes from the one doing the work, is what a dial mostly waits for
-// (the same dial and echo take 1.9× TCP's time with GOMAXPROCS=1, 2.4×
-// with 2). Measured on loopback on two shared cores (BenchmarkDial, a dial
-// and one byte echoed, medians of 14 runs interleaved with TCP's and with
-// the previous version's): 265 µs where TCP takes 112 µs (2.4×; the
-// previous version 300 µs against 114 µs, 2.7×, in the same runs; it was
-// 410 µs, 4.5×, before dials ran in one goroutine). Of the ~150 µs a dial
-// takes beyond TCP's, ~75 µs are the MPA round trip's wake-ups (the
-// listener's accept loop ~20 µs after the Request, the dialer ~10-20 µs
-// after the Reply) and kernel work (the Request's write creates the
-// server's socket, as the connect does for TCP, since the listener
-// defers accepting until data arrives), ~35 µs the listener's answer (the
-// Conn's creation ~13 µs, the Reply's preparation ~10 µs) and ~20 µs the
-// dialer's (its Conn ~11 µs, applying the Reply ~10 µs); the first byte's
-// round trip takes a little more than TCP's. A TCP dial plus echo is a
-// connect and one round trip, an iWARP one a connect and two (the MPA
-// exchange, then the byte's), each of them wake-ups of goroutines on both
-// ends: before any setup work, that is about 1.5× TCP's time. The
-// listener's admission reads a Request that has arrived whole in one
-// read, its socket is plain TCP (not Multipath TCP) and passes its
-// keepalive options on to the connections it accepts, the dialer sets
-// TCP_NODELAY only once, neither side reads its keepalive options back for
-// TCP_USER_TIMEOUT, and neither asks for its MSS before a message needs
-// it.
+// (the same dial and echo take 1.5-2.1× TCP's time with GOMAXPROCS=1).
+// So does a waiter that spins: a spin takes a processor, and yields it
+// only to wake another thread, while the peer's answer needs one for
+// its own set-up work (accepting the connection, the goroutines that
+// serve it). Traced, every new connection's first waits (the server's
+// for the first byte and then for the FIN, the dialer's for the echo,
+// both closes) spun their 100 µs and ran out, and the answer came just
+// after each spin ended; the listener spun too, waiting for the next
+// request. So waiters on a new connection sleep at once until its
+// exchanges show a spin could pay (see dat.PollAdaptive), a closing Conn
+// sleeps (unless its Poll is dat.PollBusy), and so does a listener
+// waiting for connection requests.
+// Measured on loopback on two shared cores, with other load on them
+// (BenchmarkDial, a dial and one byte echoed, medians of 8 runs
+// interleaved with TCP's and with the previous version's): 280 µs where
+// TCP takes 115 µs (2.4×, 2.1-2.9× run by run; the previous version
+// 390 µs, 3.2-4.7×, in the same runs; it was 410 µs, 4.5×, before dials
+// ran in one goroutine). What remains beyond TCP's time is wake-ups and
+// system calls rather than work: a TCP dial plus echo is a connect and
+// one round trip, an iWARP one a connect and two (the MPA exchange, then
+// the byte's), each of them wake-ups of goroutines on both ends, and the
+// listener hands a request from its accept loop to its serve goroutine
+// and the connection from there to Accept (TCP: one hand-off). In a trace, the MPA
+// Request's and Reply's writes took 10-20 µs each (the kernel creates
+// the server's socket, as the connect does for TCP, since the listener
+// defers accepting until data arrives, and wakes the peer's thread), the
+// listener's answer from the request to its Reply ~15 µs, and the
+// dialer's from the Reply to its first Write ~20 µs; in the CPU profile
+// the scheduler's wake-ups and idling (futex, findRunnable, wakep) take
+// about a quarter of the process's time, system calls most of the rest,
+// and creating the Conns of both ends 3%. The listener's admission reads a Request that has arrived
+// whole in one read, its socket is plain TCP (not Multipath TCP) and
+// passes its keepalive options on to the connections it accepts, the
+// dialer sets TCP_NODELAY only once, neither side reads its keepalive
+// options back for TCP_USER_TIMEOUT, and neither asks for its MSS before
+// a message needs it. A dialer that spun (reading its socket without
+// waiting) for the MPA Reply instead of sleeping measured no faster.
 //
 // A dial through dup-connect (Conn.Dup, or a Dialer reusing a live
 // connection to the same address) skips only the address resolution, and
@@ -178,8 +192,8 @@
 // once a peer was dialed that way, the IA dials up to two spare
 // connections to it ahead, which the next such dials with the same setup
 // take (see Dialer.NoDup). BenchmarkDialDup, the same dial-and-echo in a
-// loop through dup-connect: 122 µs against 319 µs for a fresh dial in the
-// same runs (0.38×; 0.38× to 0.47× over three such runs; it was no faster
+// loop through dup-connect: 127 µs against 276 µs for a fresh dial in the
+// same runs (0.46×, 0.42-0.61× run by run over 8; it was no faster
 // before the spares). Programs that never dup get no spare; those that do
 // pay for the spares' connections on both ends (the server accepts them as
 // they are dialed) while the connection they were dialed from lives.

@@ -31,9 +31,23 @@ type spare struct {
 	c      *Conn // the connection once dialed, until taken or dropped; guarded by sharedIA.mu
 }
 
-// spareGrace is how long closing a template waits for a spare's dial in
-// progress to finish before it aborts it.
-const spareGrace = 100 * time.Millisecond
+// spareGrace is how long closing a template waits at least for a spare's
+// dial in progress to finish before it aborts it, and maxSpareGrace how
+// long at most: see spareGraceFor.
+const (
+	spareGrace    = 100 * time.Millisecond
+	maxSpareGrace = time.Second
+)
+
+// spareGraceFor is how long closing tmpl waits for its spares' dials in
+// progress: spareGrace, or three times what tmpl's own dial took where
+// that is longer. A spare's dial takes about as long as its template's,
+// and on a slow fabric (a software device in a loaded machine takes
+// hundreds of milliseconds) a fixed grace cut off spares about to come
+// up, which their server then saw reset.
+func spareGraceFor(tmpl *Conn) time.Duration {
+	return min(max(spareGrace, 3*tmpl.setupTook), maxSpareGrace)
+}
 
 // spareTimeout bounds a spare's dial: a dial waiting for the spare gives
 // up on it after that at the latest and dials itself.
@@ -184,11 +198,12 @@ func (s *sharedIA) dropSpare(remote string, tmpl *Conn) {
 		}
 	}
 	s.mu.Unlock()
+	grace := spareGraceFor(tmpl)
 	for _, sp := range drop {
 		// A spare's dial about to finish is let finish, and the spare
 		// closed as any connection: cut off in its handshake, it would
 		// be reset, which a server logs as a failure.
-		t := time.NewTimer(spareGrace)
+		t := time.NewTimer(grace)
 		select {
 		case <-sp.done:
 		case <-t.C:

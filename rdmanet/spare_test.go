@@ -299,3 +299,15 @@ func TestSpareClosedCleanly(t *testing.T) {
 		}
 	})
 }
+
+// TestSpareGraceFollowsSetup: closing a template waits for its spares'
+// dials about as long as its own dial took, within bounds.
+func TestSpareGraceFollowsSetup(t *testing.T) {
+	for _, tc := range []struct{ took, want time.Duration }{
+		{300 * time.Microsecond, spareGrace},             // loopback: the floor
+		{200 * time.Millisecond, 600 * time.Millisecond}, // a slow device
+		{2 * time.Second, maxSpareGrace},                 // never past the cap
+	} {
+		require.Equal(t, tc.want, spareGraceFor(&Conn{setupTook: tc.took}), "dial took %v", tc.took)
+	}
+}
