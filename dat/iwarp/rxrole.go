@@ -49,6 +49,11 @@ import (
 // (p=0.004); with 1 MiB Writes, 3282 against 2691 MiB/s (5 runs,
 // p=0.15). With both processes limited to one processor, so that no
 // hand-off crossed processors, rdmanet had moved 1.57× as much before.
+// (Measured again after EVDs began to spin only once spins pay, the
+// difference was within the noise until rdmanet's writers stopped
+// spinning while flow control blocks them, which took a processor's
+// worth of empty socket reads from the writing process; together they
+// gave +13% at 1 MiB and +17% at 64 KiB, see rdmanet's documentation.)
 //
 // The role's states (rxCtl.role): rxLoop, the receive goroutine has it
 // (busy, or waiting for the socket); rxParked, nobody has it and the
