@@ -87,7 +87,12 @@ type Conn struct {
 	// pollMu is held by the goroutine driving the Conn (see progress).
 	pollMu sync.Mutex
 	pr     progress
-	setup  chan error // handshake outcome, cap 1
+	// quiet counts the waiters whose wait is a stream's (see progress.go,
+	// "Streams do not spin"); quietSet, under pollMu, records that the
+	// EVD's policy is set to sleep at once for them.
+	quiet    atomic.Int32
+	quietSet bool
+	setup    chan error // handshake outcome, cap 1
 
 	// Guarded by mu.
 	lc lifecycle

@@ -117,6 +117,8 @@ func (c *Conn) writeDirect(b []byte) (n int, err error, ok bool) {
 // It ignores the write deadline: the bytes are posted, and b may not be
 // handed back while the adapter may still read it.
 func (c *Conn) awaitCompleted(seq uint64) {
+	c.quiet.Add(1) // a stream's wait (progress.go)
+	defer c.quiet.Add(-1)
 	for {
 		k := c.pr.kicks.Load()
 		c.mu.Lock()

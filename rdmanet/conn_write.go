@@ -80,6 +80,12 @@ func (c *Conn) Write(b []byte) (int, error) {
 // with its duration; one that finds room at once reads no clock.
 func (c *Conn) reserve(want uint64, staged bool) (uint64, error) {
 	var w waitTimer
+	quiet := false // the reservation waits: a stream's wait (progress.go)
+	defer func() {
+		if quiet {
+			c.quiet.Add(-1)
+		}
+	}()
 	for {
 		k := c.pr.kicks.Load()
 		if c.wdl.passed() {
@@ -127,6 +133,10 @@ func (c *Conn) reserve(want uint64, staged bool) (uint64, error) {
 		}
 		if staged {
 			c.growStage()
+		}
+		if !quiet {
+			quiet = true
+			c.quiet.Add(1)
 		}
 		if c.poll(k) {
 			continue

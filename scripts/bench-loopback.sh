@@ -9,7 +9,11 @@
 # Environment: BENCH_OUT (default /tmp/rdmanet-bench) keeps the raw
 # report lines and the benchstat input; BENCH_APIS (default "tcp rdmanet
 # dat") and BENCH_WORKLOADS (default "lat:64 bw:4096 bw:65536 bw:1048576")
-# narrow the run.
+# narrow the run. BENCH_BINS compares builds: space-separated
+# label=path pairs of rdmaperf binaries (say, one built from main and one
+# from a branch), each run on every workload and API in turn, so their
+# figures come from the same phases of the machine; benchstat then
+# compares them per API (-col /bin) and the ratios are printed per build.
 #
 # Output: benchstat's comparison of the APIs per workload (medians and
 # their spread; benchstat -col /api), then the ratios to TCP. Latency
@@ -26,6 +30,7 @@ workloads=${BENCH_WORKLOADS:-"lat:64 bw:4096 bw:65536 bw:1048576"}
 mkdir -p "$out"
 bin=$out/rdmaperf
 go build -o "$bin" ./cmd/rdmaperf
+bins=${BENCH_BINS:-"this=$bin"}
 
 benchstat=(benchstat)
 if ! command -v benchstat >/dev/null; then
@@ -51,8 +56,8 @@ iters() {
 
 # cpu_of prints the user+system seconds a finished process of ours used,
 # from /usr/bin/time's output file.
-run_one() { # api workload
-	local api=$1 test=${2%%:*} size=${2##*:} n
+run_one() { # api workload label binary
+	local api=$1 test=${2%%:*} size=${2##*:} n label=$3 bin=$4
 	n=$(iters "$2")
 	port=$((port + 1))
 	local ia=(--ia iwarp:127.0.0.1)
@@ -80,10 +85,11 @@ run_one() { # api workload
 	echo "$line" >>"$raw"
 	cpu=$(cat "$stime" "$ctime" | awk '{s += $1 + $2} END {printf "%.4f", s}')
 	# One benchstat line: BenchmarkTwoProcess/<test>/size=<n>/api=<api>.
-	echo "$line" | awk -v api="$api" -v test="$test" -v size="$size" -v n="$n" -v cpu="$cpu" '
+	echo "$line" | awk -v api="$api" -v label="$label" -v test="$test" -v size="$size" -v n="$n" -v cpu="$cpu" '
 	{
 		for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
 		name = sprintf("BenchmarkTwoProcess/%s/size=%s/api=%s", test, size, api)
+		if (label != "") name = name "/bin=" label
 		if (test == "lat")
 			printf "%s %d %.0f p50-ns %.0f min-ns\n", name, n, v["lat_p50_us"] * 1000, v["lat_min_us"] * 1000
 		else
@@ -94,10 +100,24 @@ run_one() { # api workload
 for r in $(seq "$rounds"); do
 	for w in $workloads; do
 		for api in $apis; do
-			run_one "$api" "$w"
+			for lb in $bins; do
+				blabel=${lb%%=*}
+				[ -z "${BENCH_BINS:-}" ] && blabel=
+				run_one "$api" "$w" "$blabel" "${lb#*=}"
+			done
 		done
 	done
 	echo "bench-loopback: round $r of $rounds done" >&2
 done
 
-"${benchstat[@]}" -col /api "$bench"
+if [ -z "${BENCH_BINS:-}" ]; then
+	"${benchstat[@]}" -col /api "$bench"
+	exit
+fi
+# Builds against each other per API, then each build's APIs against TCP.
+"${benchstat[@]}" -col /bin "$bench"
+for lb in $bins; do
+	echo
+	echo "bench-loopback: build ${lb%%=*}"
+	"${benchstat[@]}" -filter "/bin:${lb%%=*}" -col /api "$bench"
+done

@@ -313,12 +313,19 @@
 // local close), so RDMA Writes are placed, Read Requests answered and
 // the peer's Terminate or close seen with nobody waiting, only that much
 // later at most. A waiter whose deadline passes mid-FPDU leaves the bytes
-// it read in the connection's read-ahead for the next reader. What a
-// waiter does not run goes back to the receive goroutine, which reads it
-// as before: an FPDU larger than the 4 KiB read-ahead (its payload goes
-// straight from the socket into registered memory; while such FPDUs
-// come, waiters leave the role alone), a protocol error, the end of the
-// stream. A CQ shared by several connections is waited on as before.
+// it read in the connection's read-ahead for the next reader. A waiter
+// runs an FPDU only once all of it has arrived, so it never stops in
+// the middle of one: an FPDU larger than the 4 KiB read-ahead once the
+// socket holds the rest of it (it waits for that in the network poller
+// without reading, then reads the payload straight into registered
+// memory). What a waiter does not run goes back to the receive
+// goroutine, which reads it as before: a large FPDU whose rest cannot
+// arrive before part of it is read (the socket's receive memory is full,
+// or the rest takes longer than a millisecond), a long run of large
+// FPDUs with no small one in between (a bulk RDMA Write stream nobody
+// waits on, which the receive goroutine reads with fewer system calls;
+// waiters then leave the role alone while it lasts), a protocol error,
+// the end of the stream. A CQ shared by several connections is waited on as before.
 // A connection whose CQ is its own starts with the role parked and no
 // receive goroutine, which is started the first time the role goes to it
 // (the sweeper's, a waiter handing it back, a local close, a Send the

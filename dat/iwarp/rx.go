@@ -53,6 +53,18 @@ type receiver struct {
 	// small counts the FPDUs since the last one that did not fit the
 	// read-ahead, up to rxBulkAfter (rxCtl.bulk).
 	small int
+	// sure: the socket holds the rest of the FPDU being run (a waiter
+	// checked, see arrived), so its reads need not wait and must not
+	// stop at the waiter's read deadline.
+	sure bool
+	// bulkRun counts the large FPDUs waiters ran since a wait last
+	// ended with a completion (rxWaiterBulk).
+	bulkRun int
+	// arrived's and waitArrived's state and steps, made once.
+	arrivedFn     func(fd uintptr)
+	waitArrivedFn func(fd uintptr) bool
+	want          int
+	enough, stuck bool
 
 	buf  []byte
 	r, w int
@@ -211,7 +223,7 @@ func (rx *receiver) fill(n int) error {
 	}
 	if rx.r == rx.w {
 		rx.r, rx.w = 0, 0
-		if rx.idle != nil {
+		if rx.idle != nil && !rx.sure {
 			// Nothing read ahead: wait for the socket without holding
 			// the buffer, which an idle connection then does not cost.
 			if err := rx.readIdle(); err != nil {
@@ -226,7 +238,7 @@ func (rx *receiver) fill(n int) error {
 		rx.r = 0
 	}
 	for rx.w-rx.r < n {
-		m, err := rx.tc.Read(rx.buf[rx.w:])
+		m, err := rx.sockRead(rx.buf[rx.w:])
 		raceAcquire(rx.c.raceRx)
 		rx.w += m
 		if err != nil && rx.w-rx.r < n {

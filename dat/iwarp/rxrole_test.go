@@ -311,3 +311,42 @@ func TestReceiverStartsWithoutWaiter(t *testing.T) {
 		t.Fatalf("received %q", dst.buf[:5])
 	}
 }
+
+// A waiter places a large FPDU itself once all of it has arrived, also
+// when it comes in pieces, and when the rest is slow to come the receive
+// goroutine takes it over (rxArriveWait) without losing a byte; either
+// way the message completes intact for the waiter. Several messages in
+// a row, each cut at a different place, with pauses longer than the
+// watchdog on some.
+func TestWaiterLargeFrames(t *testing.T) {
+	leakCheck(t)
+	s := newSide(t)
+	const size, slot = 60000, 65536
+	const n = 6
+	h := newSink()
+	dst := newRegion(t, s.pd, n*slot, driver.AccessLocalWrite)
+	p, q := rawConnect(t, s, s.cfg(), h, false, 1, 1, func(q *iwarp.QP) {
+		for i := range n {
+			mustPost(t, q.PostRecv(driver.RecvWR{ID: uint64(i), Local: []driver.SGE{dst.sge(i*slot, slot)}}))
+		}
+	})
+	for i := range n {
+		payload := bytes.Repeat([]byte{byte(i + 1)}, size)
+		b := p.fpdu(t, wire.FPDU{Header: wire.Header{Opcode: wire.OpSend, Last: true, MSN: uint32(i + 1)}, Payload: payload})
+		ch := waiterOn(t, q, h, testTimeout)
+		cut := []int{30, 4000, 5000, 30000, len(b) - 3, len(b) - 1}[i]
+		p.send(t, b[:cut])
+		if i%2 == 1 {
+			time.Sleep(5 * time.Millisecond) // beyond the watchdog
+		}
+		p.send(t, b[cut:])
+		c := <-ch
+		if c == nil || c.WRID != uint64(i) || c.Status != driver.StatusSuccess || c.Length != size {
+			t.Fatalf("message %d (cut at %d): completion %+v", i, cut, c)
+		}
+		if got := dst.buf[i*slot : i*slot+size]; !bytes.Equal(got, payload) {
+			t.Fatalf("message %d (cut at %d): received data differs", i, cut)
+		}
+	}
+	dst.checkGuards(t)
+}
