@@ -619,7 +619,7 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 			// does not see sooner (or keeps from running). Sleep at
 			// once for the next few waits.
 			spinning = false
-			e.spinBackoff = min(max(2*e.spinBackoff, 1), maxSpinBackoff)
+			e.spinBackoff = nextBackoff(e.spinBackoff)
 			e.spinSkip = e.spinBackoff
 			if probe {
 				e.ia.freshSpin.missed()
@@ -810,6 +810,10 @@ func (e *EVD) kill() {
 	e.mu.Unlock()
 }
 
+// nextBackoff is the back-off after a spin that ran out, when it was b:
+// it doubles, from 1 up to maxSpinBackoff.
+func nextBackoff(b uint32) uint32 { return min(max(2*b, 1), maxSpinBackoff) }
+
 // sharedBackoff is PollAdaptive's back-off for the waits of an IA's EVDs
 // that have not spun yet (see freshSpin in EVD.wait): the same doubling
 // an EVD's own back-off does, shared by the IA's EVDs, so it is atomic.
@@ -835,7 +839,7 @@ func (b *sharedBackoff) skip() bool {
 
 // missed records a fresh EVD's spin that ran out.
 func (b *sharedBackoff) missed() {
-	n := min(max(2*b.backoff.Load(), 1), maxSpinBackoff)
+	n := nextBackoff(b.backoff.Load())
 	b.backoff.Store(n)
 	b.skips.Store(n)
 }

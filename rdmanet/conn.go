@@ -88,8 +88,9 @@ type Conn struct {
 	pollMu sync.Mutex
 	pr     progress
 	// quiet counts the waiters whose wait is a stream's (see progress.go,
-	// "Streams do not spin"); quietSet, under pollMu, records that the
-	// EVD's policy is set to sleep at once for them.
+	// "Streams do not spin"), plus one once the Conn is closing
+	// (teardown); quietSet, under pollMu, records that the EVD's policy
+	// is set to sleep at once for them.
 	quiet    atomic.Int32
 	quietSet bool
 	setup    chan error // handshake outcome, cap 1
@@ -446,17 +447,18 @@ func (c *Conn) Close() error {
 // disconnect was graceful.
 func (c *Conn) teardown() (graceful bool) {
 	c.unholdFirst() // its timer must not outlive the Conn
-	if c.cfg.poll.Mode == dat.PollAdaptive {
-		// Nobody's latency waits on a close: its waits sleep at once
-		// rather than spin, which would take a processor from the peer
-		// (or this process's other connections) for a FIN or a
-		// disconnect that come when they come. Traced in BenchmarkDial
-		// (2 shared cores), each close spun up to 100 µs, and since it
-		// was often a new connection's first spin, which the IA learns
-		// from (see dat.PollAdaptive), its quick disconnects taught the
-		// IA that new connections' spins paid when their Reads' did not.
-		c.evd.SetPollPolicy(dat.PollPolicy{Mode: dat.PollEvent})
-	}
+	// Nobody's latency waits on a close: from here on the Conn's waits
+	// count as quiet ones (progress.go), which sleep at once rather than
+	// spin where its policy is adaptive; a spin would take a processor
+	// from the peer (or this process's other connections) for a FIN or a
+	// disconnect that come when they come. Traced in BenchmarkDial (2
+	// shared cores), each close spun up to 100 µs, and since it was often
+	// a new connection's first spin, which the IA learns from (see
+	// dat.PollAdaptive), its quick disconnects taught the IA that new
+	// connections' spins paid when their Reads' did not. (Setting the
+	// EVD's policy here instead would be undone by the next poll's
+	// setQuiet once a quiet writer left.)
+	c.quiet.Add(1) // never taken back: the Conn is ending
 	var expired atomic.Bool
 	limit := time.AfterFunc(lingerTimeout, func() { expired.Store(true); c.kick() })
 	drained, gone := false, false

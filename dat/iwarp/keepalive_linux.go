@@ -55,8 +55,12 @@ func keepAliveSecs(fd uintptr, d time.Duration, opt int) (int, error) {
 	if d < 0 {
 		return syscall.GetsockoptInt(int(fd), syscall.IPPROTO_TCP, opt)
 	}
-	return int((d + time.Second - 1) / time.Second), nil
+	return ceilSecs(d), nil
 }
+
+// ceilSecs is d in whole seconds, rounded up as package net rounds the
+// keepalive times it sets.
+func ceilSecs(d time.Duration) int { return int((d + time.Second - 1) / time.Second) }
 
 // inheritKeepAlive gives the listening socket of l the keepalive ka
 // (resolved, enabled), as package net would set it on each accepted
@@ -82,14 +86,13 @@ func inheritKeepAlive(l net.Listener, ka net.KeepAliveConfig) bool {
 			serr = syscall.SetsockoptInt(int(fd), level, opt, v)
 		}
 	}
-	secs := func(d time.Duration) int { return int((d + time.Second - 1) / time.Second) }
 	if err := rc.Control(func(fd uintptr) {
 		set(fd, syscall.SOL_SOCKET, syscall.SO_KEEPALIVE, 1)
 		if ka.Idle >= 0 {
-			set(fd, syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE, secs(ka.Idle))
+			set(fd, syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE, ceilSecs(ka.Idle))
 		}
 		if ka.Interval >= 0 {
-			set(fd, syscall.IPPROTO_TCP, syscall.TCP_KEEPINTVL, secs(ka.Interval))
+			set(fd, syscall.IPPROTO_TCP, syscall.TCP_KEEPINTVL, ceilSecs(ka.Interval))
 		}
 		if ka.Count >= 0 {
 			set(fd, syscall.IPPROTO_TCP, syscall.TCP_KEEPCNT, ka.Count)

@@ -206,24 +206,15 @@ func (rx *receiver) sockRead(b []byte) (int, error) {
 		return rx.tc.Read(b)
 	}
 	var n int
-	var errno syscall.Errno
-	err := rx.idle.Control(func(fd uintptr) {
-		for {
-			r, _, e := syscall.Syscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-			if e == syscall.EINTR {
-				continue
-			}
-			n, errno = int(r), e
-			return
-		}
-	})
+	var rerr error
+	err := rx.idle.Control(func(fd uintptr) { n, rerr = readFD(fd, b) })
 	switch {
 	case err != nil:
 		return 0, err
-	case errno == syscall.EAGAIN:
+	case rerr == syscall.EAGAIN:
 		return rx.tc.Read(b) // not expected: the bytes were there
-	case errno != 0:
-		return 0, &net.OpError{Op: "read", Net: "tcp", Source: rx.tc.LocalAddr(), Addr: rx.tc.RemoteAddr(), Err: os.NewSyscallError("read", errno)}
+	case rerr != nil:
+		return 0, rx.readError(rerr)
 	case n == 0:
 		return 0, io.EOF
 	}
@@ -339,6 +330,33 @@ func (rx *receiver) waitArrivedStep(fd uintptr) bool {
 	return rx.enough || rx.stuck
 }
 
+// readFD is one read(2) of fd into b, retried if a signal cut it short.
+func readFD(fd uintptr, b []byte) (int, error) {
+	for {
+		n, err := syscall.Read(int(fd), b)
+		if err != syscall.EINTR {
+			return n, err
+		}
+	}
+}
+
+// readError is the error a failed read of the socket returns, as
+// package net would report it.
+func (rx *receiver) readError(err error) error {
+	return &net.OpError{Op: "read", Net: "tcp", Source: rx.tc.LocalAddr(), Addr: rx.tc.RemoteAddr(), Err: os.NewSyscallError("read", err)}
+}
+
+// compactAhead moves what is read ahead to the start of the buffer, so
+// that a read appends after it with all the free space.
+func (rx *receiver) compactAhead() {
+	if rx.r == rx.w {
+		rx.r, rx.w = 0, 0
+	} else if rx.r > 0 {
+		rx.w = copy(rx.buf, rx.buf[rx.r:rx.w])
+		rx.r = 0
+	}
+}
+
 // peekNow copies into buf the bytes that have arrived on tc, without
 // consuming them and without waiting: 0 if none have, the peer closed, or
 // the socket cannot be peeked. It runs under Control, not Read: an
@@ -387,7 +405,7 @@ func (rx *receiver) readIdle() error {
 	case err != nil:
 		return err
 	case rx.idleErr != nil:
-		return &net.OpError{Op: "read", Net: "tcp", Source: rx.tc.LocalAddr(), Addr: rx.tc.RemoteAddr(), Err: os.NewSyscallError("read", rx.idleErr)}
+		return rx.readError(rx.idleErr)
 	case rx.idleN == 0:
 		return io.EOF
 	}
@@ -400,14 +418,7 @@ func (rx *receiver) idleRead(fd uintptr) bool {
 	if rx.buf == nil {
 		rx.takeBuf()
 	}
-	var n int
-	var err error
-	for {
-		n, err = syscall.Read(int(fd), rx.buf)
-		if err != syscall.EINTR {
-			break
-		}
-	}
+	n, err := readFD(fd, rx.buf)
 	if err == syscall.EAGAIN {
 		rx.dropBuf()
 		return false // wait until readable, then call again
@@ -424,12 +435,7 @@ func (rx *receiver) readWaiting() error {
 	if rx.waitFn == nil {
 		rx.waitFn = rx.waitRead // once: a method value allocates
 	}
-	if rx.r == rx.w {
-		rx.r, rx.w = 0, 0
-	} else if rx.r > 0 {
-		rx.w = copy(rx.buf, rx.buf[rx.r:rx.w])
-		rx.r = 0
-	}
+	rx.compactAhead()
 	rx.idleN, rx.idleErr, rx.poked = 0, nil, false
 	err := rx.idle.Read(rx.waitFn)
 	raceAcquire(rx.c.raceRx)
@@ -439,7 +445,7 @@ func (rx *receiver) readWaiting() error {
 	case rx.poked:
 		return errPoked
 	case rx.idleErr != nil:
-		return &net.OpError{Op: "read", Net: "tcp", Source: rx.tc.LocalAddr(), Addr: rx.tc.RemoteAddr(), Err: os.NewSyscallError("read", rx.idleErr)}
+		return rx.readError(rx.idleErr)
 	case rx.idleN == 0:
 		return io.EOF
 	}
@@ -455,12 +461,7 @@ func (rx *receiver) readNow() (bool, error) {
 	if rx.nowFn == nil {
 		rx.nowFn = rx.nowRead // once: a method value allocates
 	}
-	if rx.r == rx.w {
-		rx.r, rx.w = 0, 0
-	} else if rx.r > 0 {
-		rx.w = copy(rx.buf, rx.buf[rx.r:rx.w])
-		rx.r = 0
-	}
+	rx.compactAhead()
 	rx.idleN, rx.idleErr = 0, nil
 	err := rx.idle.Read(rx.nowFn)
 	switch {
@@ -469,7 +470,7 @@ func (rx *receiver) readNow() (bool, error) {
 	case rx.idleErr == syscall.EAGAIN:
 		return false, nil
 	case rx.idleErr != nil:
-		return false, &net.OpError{Op: "read", Net: "tcp", Source: rx.tc.LocalAddr(), Addr: rx.tc.RemoteAddr(), Err: os.NewSyscallError("read", rx.idleErr)}
+		return false, rx.readError(rx.idleErr)
 	case rx.idleN == 0:
 		return false, io.EOF
 	}
@@ -483,14 +484,7 @@ func (rx *receiver) nowRead(fd uintptr) bool {
 	if rx.buf == nil {
 		rx.takeBuf()
 	}
-	var n int
-	var err error
-	for {
-		n, err = syscall.Read(int(fd), rx.buf[rx.w:])
-		if err != syscall.EINTR {
-			break
-		}
-	}
+	n, err := readFD(fd, rx.buf[rx.w:])
 	if err == syscall.EAGAIN && rx.w == 0 {
 		rx.dropBuf()
 	}
@@ -507,14 +501,7 @@ func (rx *receiver) waitRead(fd uintptr) bool {
 	if rx.buf == nil {
 		rx.takeBuf()
 	}
-	var n int
-	var err error
-	for {
-		n, err = syscall.Read(int(fd), rx.buf[rx.w:])
-		if err != syscall.EINTR {
-			break
-		}
-	}
+	n, err := readFD(fd, rx.buf[rx.w:])
 	if err == syscall.EAGAIN {
 		if rx.w == 0 {
 			rx.dropBuf()
