@@ -87,6 +87,20 @@ type EVD struct {
 // sleeps (see EVD.wait).
 const napEvery = 64
 
+// pollsPerCheck is how many times a spinning waiter polls a device's
+// completion queue in a row before it reads the clock (for its deadline
+// and the end of its spin) and yields the processor. Reading the clock
+// and yielding on every poll cost more than the poll itself: measured on
+// rxe0 in the TCG guest (64-byte DAT Send/Recv ping-pong, busy-poll,
+// 10,000 round trips a run), the median half round trip went from 26-34
+// µs to 25-29 µs with this batching, and the polls per wait from 50-70 to
+// 14-27. A batch takes a few microseconds on a real machine, so neither
+// the deadline nor the spin's end moves by more than that. Where the
+// provider makes progress in the waiter's goroutine (a CQProgresser,
+// iwarp), each poll is a system call that costs far more than the clock,
+// and the waiter keeps checking after every poll.
+const pollsPerCheck = 16
+
 // maxSpinBackoff bounds how many waits in a row sleep at once after spins
 // that did not pay; then a spin is tried again.
 const maxSpinBackoff = 64
@@ -540,6 +554,11 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 	spinning := false      // in the spin phase of this wait
 	probe := false         // this wait's spin is the EVD's first (see freshSpin)
 	spins := 0
+	var now time.Time // read every perCheck polls while spinning
+	perCheck := 1
+	if e.cq != nil && e.prog == nil {
+		perCheck = pollsPerCheck // a device's queue (see pollsPerCheck)
+	}
 	var timer *time.Timer
 	var stopCtx func() bool
 	defer func() {
@@ -606,7 +625,9 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 			default:
 			}
 		}
-		now := time.Now()
+		if !(policy.Mode == PollBusy || spinning) || spins%perCheck == 0 {
+			now = time.Now()
+		}
 		if !deadline.IsZero() && !now.Before(deadline) {
 			err := newError(op, TimeoutExpired, NoSubtype, "")
 			if ctx != nil {
@@ -643,7 +664,10 @@ func (e *EVD) wait(ctx context.Context, deadline time.Time, threshold int) (Even
 				}
 			}
 			spins++
-			if spins%napEvery == 0 && (policy.Mode == PollBusy || e.ia.attr.Spin == 0) {
+			if spins%perCheck != 0 {
+				break // poll again at once (see pollsPerCheck)
+			}
+			if spins%(napEvery*perCheck) == 0 && (policy.Mode == PollBusy || e.ia.attr.Spin == 0) {
 				// A goroutine that only yields keeps its processor: the
 				// scheduler polls the network only when it runs out of
 				// work, and steals from other processors' queues only
