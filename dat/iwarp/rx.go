@@ -69,6 +69,24 @@ type receiver struct {
 	buf  []byte
 	r, w int
 
+	// part is the RDMA Write FPDU being placed while partOn: its header
+	// is parsed and checked, and the next bytes of the stream are the
+	// rest of its payload, then its trailer. A waiter places a Write as
+	// its bytes come and may leave it unfinished (see writeRest); whoever
+	// holds the role next carries on.
+	part   writePart
+	partOn bool
+	// nowait: the role's holder is a waiter, which must not wait for the
+	// socket in the middle of a Write (writeRest).
+	nowait bool
+	// What partReadv read, for partDone; partFn and partNowFn are
+	// waitPart's and partNow's steps, made once.
+	partN     int
+	partErrno syscall.Errno
+	partGot   bool
+	partFn    func(fd uintptr) bool
+	partNowFn func(fd uintptr)
+
 	crcOn   bool
 	crc     wire.CRC
 	started bool // a complete FPDU has arrived
@@ -153,6 +171,13 @@ func (rx *receiver) run() error {
 // With the whole FPDU read ahead (frameReady) it does not touch the
 // socket, which is what lets a waiter run it.
 func (rx *receiver) step() error {
+	if rx.partOn {
+		if err := rx.writeRest(); err != nil {
+			return err
+		}
+		rx.opened()
+		return nil
+	}
 	rx.hlen = 0
 	op, l, err := wire.ParseControl(rx.buf[rx.r : rx.r+4])
 	if err != nil {
@@ -193,11 +218,16 @@ func (rx *receiver) step() error {
 	if err != nil {
 		return err
 	}
+	rx.opened()
+	return nil
+}
+
+// opened records a complete FPDU; the first one opens the startup gate.
+func (rx *receiver) opened() {
 	if !rx.started {
 		rx.started = true
 		rx.c.openGate()
 	}
-	return nil
 }
 
 // frameNeed returns how many bytes the FPDU starting the read-ahead
@@ -213,6 +243,14 @@ func (rx *receiver) frameNeed() int {
 		return 4
 	}
 	return max(wire.FPDULen(l), op.HeaderLen()+wire.TrailerLen(l))
+}
+
+// writeAhead reports whether the FPDU starting the read-ahead is an RDMA
+// Write whose header is all read ahead: a waiter can then place it as it
+// comes (writeRest).
+func (rx *receiver) writeAhead() bool {
+	op, _, err := wire.ParseControl(rx.buf[rx.r : rx.r+4])
+	return err == nil && op == wire.OpWrite && rx.w-rx.r >= op.HeaderLen()
 }
 
 // fill makes at least n (≤ rxBufSize) bytes available in the read-ahead
@@ -308,7 +346,7 @@ func (rx *receiver) trailer(l int) error {
 // lost". Other errors (reset, local close) end the connection as broken.
 func (rx *receiver) readErr(err error, boundary bool) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		if boundary && !rx.sendOn && !rx.tagOn {
+		if boundary && !rx.sendOn && !rx.tagOn && !rx.partOn {
 			return nil
 		}
 		rx.hlen = 0
@@ -520,18 +558,90 @@ func (rx *receiver) write(h *wire.Header, n, l int) error {
 	if !ok {
 		return rx.protoErr(errTBounds)
 	}
-	if err := rx.readInto(dst); err != nil {
+	rx.part = writePart{dst: dst, l: l, last: h.Last, stag: h.STag, next: h.TO + uint64(n), mr: mr}
+	rx.partOn = true
+	return rx.writeRest()
+}
+
+// writePart is an RDMA Write FPDU being placed (receiver.part).
+type writePart struct {
+	dst  []byte // the payload's destination not filled yet
+	l    int    // ULPDU_Length
+	last bool
+	stag uint32
+	next uint64 // the TO the message's next segment must carry
+	mr   *MR
+}
+
+// errPartial is writeRest's answer to a waiter when the rest of the
+// Write has not arrived yet: the waiter waits for the socket and carries
+// on (or leaves it to the next holder of the role).
+var errPartial = errors.New("iwarp: Write FPDU placed in part")
+
+// writeRest places the rest of the Write FPDU in rx.part and checks its
+// trailer. The receive goroutine waits for the socket as it goes; a
+// waiter places what has arrived, straight from the socket into the
+// Write's memory, and returns errPartial when more is to come. So a
+// waiter never waits for the peer in the middle of an FPDU, yet neither
+// needs to know beforehand that all of it has arrived (which took it a
+// SIOCINQ per look and a watchdog for the rest that could not come while
+// the socket's receive memory was full), nor reads the FPDU's start
+// through the read-ahead first.
+func (rx *receiver) writeRest() error {
+	p := &rx.part
+	if rx.nowait {
+		if err := rx.placeNow(); err != nil {
+			return err
+		}
+	} else if err := rx.readInto(p.dst); err != nil {
 		return rx.readErr(err, false)
 	}
-	if err := rx.trailer(l); err != nil {
+	p.dst = nil
+	if err := rx.trailer(p.l); err != nil {
 		return err
 	}
-	if h.Last {
+	if p.last {
 		rx.tagOn, rx.tagMR = false, nil
 	} else {
-		rx.tagOn, rx.tagOp, rx.tagSTag, rx.tagTO, rx.tagMR = true, wire.OpWrite, h.STag, h.TO+uint64(n), mr
+		rx.tagOn, rx.tagOp, rx.tagSTag, rx.tagTO, rx.tagMR = true, wire.OpWrite, p.stag, p.next, p.mr
+	}
+	rx.part, rx.partOn = writePart{}, false
+	return nil
+}
+
+// placeNow places, without waiting, what has arrived of the Write in
+// rx.part: what the read-ahead holds, then what the socket has. It
+// returns nil once the payload is placed and the trailer is read ahead,
+// errPartial while they are not.
+func (rx *receiver) placeNow() error {
+	p := &rx.part
+	rx.placed(copy(p.dst, rx.buf[rx.r:rx.w]))
+	for len(p.dst) > 0 || rx.w-rx.r < wire.TrailerLen(p.l) {
+		got, err := rx.partNow()
+		if err != nil {
+			return rx.readErr(err, false)
+		}
+		if !got {
+			return errPartial
+		}
 	}
 	return nil
+}
+
+// placed records that the first n bytes of the read-ahead went to the
+// Write's destination.
+func (rx *receiver) placed(n int) {
+	rx.r += n
+	rx.partPlaced(n)
+}
+
+// partPlaced records n more payload bytes of the Write in place.
+func (rx *receiver) partPlaced(n int) {
+	p := &rx.part
+	if rx.crcOn {
+		rx.crc = rx.crc.Update(p.dst[:n])
+	}
+	p.dst = p.dst[n:]
 }
 
 // --- RDMA Read Response (we are the requester) ----------------------------

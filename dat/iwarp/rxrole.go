@@ -470,38 +470,48 @@ func (c *connection) runWhole() bool {
 	rx := c.rx
 	x := &c.rxc
 	for {
-		need := rx.frameNeed()
-		if need == 0 || need > rx.w-rx.r {
+		if need := rx.frameNeed(); rx.partOn {
+			// The rest of a Write some holder of the role began.
+		} else if need == 0 || need > rx.w-rx.r {
 			if need <= rxBufSize {
 				return true
 			}
-			ok, stuck := rx.arrived(need - (rx.w - rx.r))
-			if stuck {
-				c.handBack()
-				return false
+			// A large FPDU: a Write is placed as it comes (writeRest);
+			// anything else once it has arrived whole, its payload
+			// going from the socket into registered memory without
+			// waiting.
+			if !rx.writeAhead() {
+				ok, stuck := rx.arrived(need - (rx.w - rx.r))
+				if stuck {
+					c.handBack()
+					return false
+				}
+				if !ok {
+					return true
+				}
+				rx.sure = true
 			}
-			if !ok {
-				return true
-			}
-			// A large FPDU that has arrived whole: its payload goes
-			// from the socket into registered memory without waiting.
 			// A waiter that places a stream for long without being
 			// done (a bulk transfer whose completion comes at its end)
 			// leaves it to the receive goroutine, which reads it with
 			// fewer system calls.
 			if rx.bulkRun++; rx.bulkRun > rxWaiterBulk {
+				rx.sure = false
 				x.mu.Lock()
 				x.long = true
 				x.mu.Unlock()
 				c.handBack()
 				return false
 			}
-			rx.sure = true
 		} else {
 			rx.bulkRun = 0 // a small FPDU between large ones: a message's end, say
 		}
+		rx.nowait = true
 		err := rx.step()
-		rx.sure = false
+		rx.sure, rx.nowait = false, false
+		if err == errPartial {
+			return true
+		}
 		if err != nil {
 			x.end, x.fatal = true, err
 			c.handBack()
@@ -534,10 +544,11 @@ func (c *connection) progressRx() (found, stop bool) {
 		_ = c.tc.SetReadDeadline(time.Time{})
 		x.rdl = time.Time{}
 	}
-	if need := rx.frameNeed(); need > rxBufSize && need > rx.w-rx.r {
-		// A large FPDU still arriving (runWhole found it incomplete):
-		// the read-ahead holds its start, and nothing is to be read
-		// into it.
+	if need := rx.frameNeed(); rx.partOn || need > rxBufSize && need > rx.w-rx.r {
+		// A large FPDU still arriving (runWhole found it incomplete, or
+		// placed what there was of a Write): the read-ahead holds its
+		// start, or it is being placed, and nothing is to be read into
+		// the read-ahead.
 		c.release()
 		return false, false
 	}
@@ -608,7 +619,7 @@ func (c *connection) waitRx(cq *CQ, deadline time.Time) (handled bool, err error
 		// Waiting for the rest of a large FPDU has a watchdog: see
 		// rxArriveWait.
 		need := rx.frameNeed()
-		large := need > rxBufSize && need > rx.w-rx.r
+		large := !rx.partOn && need > rxBufSize && need > rx.w-rx.r
 		rdl, watchdog := deadline, false
 		if large {
 			// The watchdog is set anew only once the last one has
@@ -631,7 +642,9 @@ func (c *connection) waitRx(cq *CQ, deadline time.Time) (handled bool, err error
 			x.rdl = rdl
 		}
 		var rerr error
-		if large {
+		if rx.partOn {
+			rerr = rx.waitPart()
+		} else if large {
 			rerr = rx.waitArrived(need - (rx.w - rx.r))
 			if watchdog && errors.Is(rerr, os.ErrDeadlineExceeded) && !x.poke.Load() {
 				rerr, rx.stuck = nil, true

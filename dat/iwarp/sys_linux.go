@@ -198,6 +198,103 @@ func (w *rawReader) readvNow(fd uintptr) {
 	}
 }
 
+// partReadv is one readv, without waiting, of the Write a waiter is
+// placing (rx.part): the rest of its payload straight into its
+// destination and what follows into the read-ahead, or, with the
+// payload placed, into the read-ahead only (its trailer). It reports
+// false when nothing has arrived; partDone applies what it read.
+func (rx *receiver) partReadv(fd uintptr) bool {
+	w := &rx.raw
+	if rx.buf == nil {
+		rx.takeBuf()
+	}
+	if dst := rx.part.dst; len(dst) > 0 {
+		// placeNow emptied the read-ahead into dst first.
+		rx.r, rx.w = 0, 0
+		w.iov[0].Base = &dst[0]
+		w.iov[0].SetLen(len(dst))
+		w.iov[1].Base = &rx.buf[0]
+		w.iov[1].SetLen(len(rx.buf))
+		w.niov = 2
+	} else {
+		rx.compactAhead() // fewer than a trailer's bytes are read ahead
+		w.iov[0].Base = &rx.buf[rx.w]
+		w.iov[0].SetLen(len(rx.buf) - rx.w)
+		w.niov = 1
+	}
+	w.readvNow(fd)
+	w.iov = [2]syscall.Iovec{}
+	if w.errno == syscall.EAGAIN {
+		return false
+	}
+	rx.partN, rx.partErrno = w.n, w.errno
+	return true
+}
+
+// partDone applies a partReadv that read something or failed; errors are
+// the socket's, as readWaiting returns them.
+func (rx *receiver) partDone() error {
+	switch {
+	case rx.partErrno != 0:
+		return rx.readError(rx.partErrno)
+	case rx.partN == 0:
+		return io.EOF
+	}
+	raceAcquire(rx.c.raceRx)
+	n := rx.partN
+	k := min(n, len(rx.part.dst))
+	raceWrite(rx.part.dst[:k])
+	rx.partPlaced(k)
+	if n > k {
+		raceWrite(rx.buf[rx.w : rx.w+n-k])
+		rx.w += n - k
+	}
+	return nil
+}
+
+// partNow is placeNow's read: one partReadv, without waiting and
+// whatever the read deadline. got reports that bytes came.
+func (rx *receiver) partNow() (got bool, err error) {
+	if rx.partNowFn == nil {
+		rx.partNowFn = func(fd uintptr) { rx.partGot = rx.partReadv(fd) } // once: allocates
+	}
+	rx.partGot = false
+	if err := rx.idle.Control(rx.partNowFn); err != nil {
+		return false, err
+	}
+	if !rx.partGot {
+		return false, nil
+	}
+	return true, rx.partDone()
+}
+
+// waitPart is a waiter's wait, in the network poller, for more of the
+// Write it is placing (rx.part), which it places as it reads: until bytes
+// come, the read deadline or a poke, as readWaiting.
+func (rx *receiver) waitPart() error {
+	if rx.partFn == nil {
+		rx.partFn = rx.partStep // once: a method value allocates
+	}
+	rx.poked = false
+	err := rx.idle.Read(rx.partFn)
+	switch {
+	case err != nil:
+		return err
+	case rx.poked:
+		return errPoked
+	}
+	return rx.partDone()
+}
+
+// partStep is waitPart's step, called by the netpoller loop.
+func (rx *receiver) partStep(fd uintptr) bool {
+	if rx.c.rxc.poke.Load() {
+		rx.poked = true
+		return true
+	}
+	return rx.partReadv(fd)
+}
+
 // sockRead reads into b for fill: as package net does, or, when the
 // bytes are known to have arrived (rx.sure), with one read that neither
 // waits nor looks at the read deadline.
