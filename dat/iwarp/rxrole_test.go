@@ -350,3 +350,84 @@ func TestWaiterLargeFrames(t *testing.T) {
 	}
 	dst.checkGuards(t)
 }
+
+// A waiter places an RDMA Write's payload as it comes, holding the role
+// while the rest is on its way, and whoever holds the role next carries
+// on from where it stopped: the same waiter, another one after the first
+// left at its deadline mid-payload, or the receive goroutine when nobody
+// waits. The Send after each Write completes, and the Write's bytes are
+// all in place, with and without CRCs, cut in the payload and in the
+// trailer.
+func TestWaiterPlacesWriteAsItComes(t *testing.T) {
+	for _, crc := range []bool{false, true} {
+		t.Run(map[bool]string{false: "crc=0", true: "crc=1"}[crc], func(t *testing.T) { waiterPlacesWrite(t, crc) })
+	}
+}
+
+func waiterPlacesWrite(t *testing.T, crc bool) {
+	leakCheck(t)
+	s := newSide(t)
+	const size, slot = 60000, 65536
+	const n = 3
+	h := newSink()
+	w := newRegion(t, s.pd, n*slot, driver.AccessLocalWrite|driver.AccessRemoteWrite)
+	r := newRegion(t, s.pd, n*64, driver.AccessLocalWrite)
+	p, q := rawConnect(t, s, s.cfg(), h, crc, 1, 1, func(q *iwarp.QP) {
+		for i := range n {
+			mustPost(t, q.PostRecv(driver.RecvWR{ID: uint64(i), Local: []driver.SGE{r.sge(i*64, 64)}}))
+		}
+	})
+	for i := range n {
+		payload := make([]byte, size)
+		fillRandom(payload, uint64(i+1))
+		b := p.fpdu(t, wire.FPDU{Header: wire.Header{Opcode: wire.OpWrite, Last: true, STag: w.mr.RKey(), TO: w.mr.Addr() + uint64(i*slot)}, Payload: payload})
+		wlen := len(b)
+		b = append(b, p.fpdu(t, wire.FPDU{Header: wire.Header{Opcode: wire.OpSend, Last: true, MSN: uint32(i + 1)}, Payload: []byte("done")})...)
+		dst := w.buf[i*slot : i*slot+size]
+		cut := 30000
+		d := testTimeout
+		if i > 0 {
+			// This waiter leaves at its deadline, part of the payload
+			// placed.
+			d = 500 * time.Millisecond
+		}
+		ch := waiterOn(t, q, h, d)
+		p.send(t, b[:cut])
+		waitFor(t, "the first part of the Write in place", func() bool { return bytes.Equal(dst[:1000], payload[:1000]) })
+		if role := iwarp.RxRole(q); i == 0 && role != "waiter" {
+			t.Fatalf("Write %d: receive role %q while the waiter places the Write, want waiter", i, role)
+		}
+		switch i {
+		case 1:
+			// Another waiter finishes it.
+			if c := <-ch; c != nil {
+				t.Fatalf("Write %d: completion %+v before the Send", i, *c)
+			}
+			ch = waiterOn(t, q, h, testTimeout)
+		case 2:
+			// The receive goroutine finishes it, cut in the trailer.
+			if c := <-ch; c != nil {
+				t.Fatalf("Write %d: completion %+v before the Send", i, *c)
+			}
+			ch = nil
+			cut2 := wlen - 3 // in the CRC
+			p.send(t, b[cut:cut2])
+			cut = cut2
+		}
+		p.send(t, b[cut:])
+		var c *driver.Completion
+		if ch != nil {
+			c = <-ch
+		} else {
+			comp := h.next(t)
+			c = &comp
+		}
+		if c == nil || c.WRID != uint64(i) || c.Status != driver.StatusSuccess || c.Length != 4 {
+			t.Fatalf("Write %d: completion of the Send after it %+v", i, c)
+		}
+		if !bytes.Equal(dst, payload) {
+			t.Fatalf("Write %d: the Write's bytes differ", i)
+		}
+	}
+	w.checkGuards(t)
+}
