@@ -615,7 +615,9 @@ func (rx *receiver) writeRest() error {
 // errPartial while they are not.
 func (rx *receiver) placeNow() error {
 	p := &rx.part
-	rx.placed(copy(p.dst, rx.buf[rx.r:rx.w]))
+	n := copy(p.dst, rx.buf[rx.r:rx.w])
+	rx.r += n
+	rx.partPlaced(n)
 	for len(p.dst) > 0 || rx.w-rx.r < wire.TrailerLen(p.l) {
 		got, err := rx.partNow()
 		if err != nil {
@@ -626,13 +628,6 @@ func (rx *receiver) placeNow() error {
 		}
 	}
 	return nil
-}
-
-// placed records that the first n bytes of the read-ahead went to the
-// Write's destination.
-func (rx *receiver) placed(n int) {
-	rx.r += n
-	rx.partPlaced(n)
 }
 
 // partPlaced records n more payload bytes of the Write in place.
