@@ -313,21 +313,15 @@
 // local close), so RDMA Writes are placed, Read Requests answered and
 // the peer's Terminate or close seen with nobody waiting, only that much
 // later at most. A waiter whose deadline passes mid-FPDU leaves the bytes
-// it read in the connection's read-ahead for the next reader. An RDMA
-// Write larger than the 4 KiB read-ahead a waiter places as its bytes
-// come, straight from the socket into registered memory (one readv per
-// look, which also brings the start of the next FPDU into the
-// read-ahead), and it may leave one half placed: the receiver keeps the
-// Write's place, and the next holder of the role, a waiter or the
-// receive goroutine, carries on from there. Any other FPDU larger than
-// the read-ahead (a Send or Read Response segment) a waiter runs only
-// once the socket holds the rest of it (it waits for that in the network
-// poller without reading, then reads the payload straight into
-// registered memory), so that it never stops in the middle of one. What
+// it read in the connection's read-ahead for the next reader. A Write,
+// Send or Read Response segment larger than the 4 KiB read-ahead a
+// waiter places as its bytes come, straight from the socket into
+// registered memory (one readv per look, which also brings the start of
+// the next FPDU into the read-ahead), and it may leave one half placed:
+// the receiver keeps the segment's place, and the next holder of the
+// role, a waiter or the receive goroutine, carries on from there. What
 // a waiter does not run goes back to the receive goroutine, which reads
-// it as before: such a large FPDU whose rest cannot arrive before part
-// of it is read (the socket's receive memory is full, or the rest takes
-// longer than a millisecond), a long run of large FPDUs with no small
+// it as before: a long run of large FPDUs with no small
 // one in between (a bulk RDMA Write stream nobody waits on, which the
 // receive goroutine reads with fewer system calls; waiters then leave
 // the role alone while it lasts), a protocol error, the end of the

@@ -27,18 +27,19 @@ import (
 // The receiver's state (the read-ahead, the message in progress, the
 // place in an RDMA Write's payload) lives in the connection, so the role
 // can change hands between FPDUs, also with part of the next FPDU read
-// ahead, and in the middle of a Write. A waiter never waits for the peer
-// mid-frame. It runs an FPDU that fits the 4 KiB read-ahead once it is
-// all there. A larger Write (up to 64 KiB on loopback) it places as it
-// comes, reading what the socket has straight into registered memory
-// (writeRest): when it has to wait for more, or leaves, the Write's place
-// is kept for the next holder of the role. Another large FPDU (a Send
-// or Read Response segment), which the receiver cannot resume in the
-// middle of its payload, it runs once the socket holds the rest of it
-// (SIOCINQ), reading the payload then without waiting. A protocol error
-// and the end of the stream go back to the receive goroutine, which
-// alone tears the connection down; so does such a large FPDU whose rest
-// cannot come before part of it is read (rmemFull, rxArriveWait).
+// ahead, and in the middle of an FPDU's payload. A waiter never waits
+// for the peer mid-frame. It runs an FPDU that fits the 4 KiB read-ahead
+// once it is all there. A larger Write, Send or Read Response segment
+// (up to 64 KiB on loopback) it places as it comes, once its header is
+// read ahead, reading what the socket has straight into registered
+// memory (payloadRest): when it has to wait for more, or leaves, the
+// segment's place is kept for the next holder of the role. Any other
+// large FPDU (one that can only be a protocol error, such as a Send with
+// Invalidate) it runs once the socket holds the rest of it (SIOCINQ). A
+// protocol error and the end of the stream go back to the receive
+// goroutine, which alone tears the connection down; so does such a
+// large FPDU whose rest cannot come before part of it is read (rmemFull,
+// rxArriveWait).
 //
 // Placing Writes as they come took, per 64 KiB FPDU, the two SIOCINQ
 // looks and the 4 KiB read of its start out of the reading side of
@@ -320,8 +321,8 @@ func (c *connection) sweep() bool {
 // Writes nobody waits for does not.
 const rxWaiterBulk = 64
 
-// rxArriveWait bounds a waiter's wait for the rest of a large FPDU other
-// than a Write (waitArrived), after which the receive goroutine takes it
+// rxArriveWait bounds a waiter's wait for the rest of a large FPDU that
+// is not placed as it comes (waitArrived), after which the receive goroutine takes it
 // over. The waiter reads such an FPDU's payload only once all of it has
 // arrived, so
 // that it never has to leave in the middle of one (its deadline, a
@@ -489,11 +490,14 @@ func (c *connection) runWhole() bool {
 			if need <= rxBufSize {
 				return true
 			}
-			// A large FPDU: a Write is placed as it comes (writeRest);
-			// anything else once it has arrived whole, its payload
-			// going from the socket into registered memory without
-			// waiting.
-			if !rx.writeAhead() {
+			// A large FPDU: a Write, Send or Read Response segment is
+			// placed as it comes (payloadRest), once its header is read
+			// ahead; anything else once it has arrived whole, its
+			// payload going from the socket into registered memory
+			// without waiting.
+			if ok, more := rx.placeable(); ok && more > 0 {
+				return true
+			} else if !ok {
 				ok, stuck := rx.arrived(need - (rx.w - rx.r))
 				if stuck {
 					c.handBack()
@@ -633,6 +637,11 @@ func (c *connection) waitRx(cq *CQ, deadline time.Time) (handled bool, err error
 		// rxArriveWait.
 		need := rx.frameNeed()
 		large := !rx.partOn && need > rxBufSize && need > rx.w-rx.r
+		if large {
+			if ok, _ := rx.placeable(); ok {
+				large = false // its header is to come: read it ahead
+			}
+		}
 		rdl, watchdog := deadline, false
 		if large {
 			// The watchdog is set anew only once the last one has
