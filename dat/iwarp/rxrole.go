@@ -537,6 +537,17 @@ func (c *connection) runWhole() bool {
 	}
 }
 
+// wholeWait reports whether the read-ahead holds the start of a large
+// FPDU that a waiter runs only once all of it has arrived (see
+// runWhole): nothing is to be read into the read-ahead meanwhile.
+func (rx *receiver) wholeWait() bool {
+	if need := rx.frameNeed(); need <= rxBufSize || need <= rx.w-rx.r {
+		return false
+	}
+	ok, _ := rx.placeable()
+	return !ok
+}
+
 // progressRx is CQ.Progress for the CQ that only c's receives complete
 // on: if the receive role is free, it reads what the socket has, without
 // waiting, and runs every FPDU that arrived whole, so that a spinning
@@ -561,11 +572,10 @@ func (c *connection) progressRx() (found, stop bool) {
 		_ = c.tc.SetReadDeadline(time.Time{})
 		x.rdl = time.Time{}
 	}
-	if need := rx.frameNeed(); rx.partOn || need > rxBufSize && need > rx.w-rx.r {
-		// A large FPDU still arriving (runWhole found it incomplete, or
-		// placed what there was of a Write): the read-ahead holds its
-		// start, or it is being placed, and nothing is to be read into
-		// the read-ahead.
+	if rx.partOn || rx.wholeWait() {
+		// A large FPDU still arriving: runWhole placed what there was
+		// of it, or found it incomplete with its start read ahead;
+		// nothing is to be read into the read-ahead.
 		c.release()
 		return false, false
 	}
@@ -636,12 +646,7 @@ func (c *connection) waitRx(cq *CQ, deadline time.Time) (handled bool, err error
 		// Waiting for the rest of a large FPDU has a watchdog: see
 		// rxArriveWait.
 		need := rx.frameNeed()
-		large := !rx.partOn && need > rxBufSize && need > rx.w-rx.r
-		if large {
-			if ok, _ := rx.placeable(); ok {
-				large = false // its header is to come: read it ahead
-			}
-		}
+		large := !rx.partOn && rx.wholeWait()
 		rdl, watchdog := deadline, false
 		if large {
 			// The watchdog is set anew only once the last one has
