@@ -138,11 +138,7 @@ func (rx *receiver) readDirect(p []byte) (int, error) {
 		w.rc, w.fn = rc, w.readv
 	}
 	rx.r, rx.w = 0, 0
-	w.iov[0].Base = &p[0]
-	w.iov[0].SetLen(len(p))
-	w.iov[1].Base = &rx.buf[0]
-	w.iov[1].SetLen(len(rx.buf))
-	w.niov = 2
+	w.aim(p, rx.buf)
 	w.n, w.errno = 0, 0
 	var err error
 	if rx.sure {
@@ -169,6 +165,19 @@ func (rx *receiver) readDirect(p []byte) (int, error) {
 	rx.w = w.n - len(p)
 	raceWrite(rx.buf[:rx.w])
 	return len(p), nil
+}
+
+// aim points the next readv at p and then ahead (the read-ahead
+// buffer's free space), leaving out an empty p.
+func (w *rawReader) aim(p, ahead []byte) {
+	w.niov = 0
+	for _, b := range [2][]byte{p, ahead} {
+		if len(b) > 0 {
+			w.iov[w.niov].Base = &b[0]
+			w.iov[w.niov].SetLen(len(b))
+			w.niov++
+		}
+	}
 }
 
 func (w *rawReader) readv(fd uintptr) bool {
@@ -198,7 +207,7 @@ func (w *rawReader) readvNow(fd uintptr) {
 	}
 }
 
-// partReadv is one readv, without waiting, of the Write a waiter is
+// partReadv is one readv, without waiting, of the FPDU a waiter is
 // placing (rx.part): the rest of its payload straight into its
 // destination and what follows into the read-ahead, or, with the
 // payload placed, into the read-ahead only (its trailer). It reports
@@ -211,16 +220,10 @@ func (rx *receiver) partReadv(fd uintptr) bool {
 	if dst := rx.part.dst; len(dst) > 0 {
 		// placeNow emptied the read-ahead into dst first.
 		rx.r, rx.w = 0, 0
-		w.iov[0].Base = &dst[0]
-		w.iov[0].SetLen(len(dst))
-		w.iov[1].Base = &rx.buf[0]
-		w.iov[1].SetLen(len(rx.buf))
-		w.niov = 2
+		w.aim(dst, rx.buf)
 	} else {
 		rx.compactAhead() // fewer than a trailer's bytes are read ahead
-		w.iov[0].Base = &rx.buf[rx.w]
-		w.iov[0].SetLen(len(rx.buf) - rx.w)
-		w.niov = 1
+		w.aim(nil, rx.buf[rx.w:])
 	}
 	w.readvNow(fd)
 	w.iov = [2]syscall.Iovec{}
@@ -275,15 +278,24 @@ func (rx *receiver) waitPart() error {
 	if rx.partFn == nil {
 		rx.partFn = rx.partStep // once: a method value allocates
 	}
-	rx.poked = false
-	err := rx.idle.Read(rx.partFn)
-	switch {
-	case err != nil:
+	if err := rx.waitPoked(rx.partFn); err != nil {
 		return err
-	case rx.poked:
-		return errPoked
 	}
 	return rx.partDone()
+}
+
+// waitPoked runs step in the network poller's read loop of the socket,
+// as a waiter's wait does: until step reports done, the read deadline, or
+// a poke (errPoked; step checks for it).
+func (rx *receiver) waitPoked(step func(fd uintptr) bool) error {
+	rx.poked = false
+	if err := rx.idle.Read(step); err != nil {
+		return err
+	}
+	if rx.poked {
+		return errPoked
+	}
+	return nil
 }
 
 // partStep is waitPart's step, called by the netpoller loop.
@@ -406,15 +418,8 @@ func (rx *receiver) waitArrived(want int) error {
 	if rx.waitArrivedFn == nil {
 		rx.waitArrivedFn = rx.waitArrivedStep // once: a method value allocates
 	}
-	rx.want, rx.enough, rx.stuck, rx.poked = want, false, false, false
-	err := rx.idle.Read(rx.waitArrivedFn)
-	switch {
-	case err != nil:
-		return err
-	case rx.poked:
-		return errPoked
-	}
-	return nil
+	rx.want, rx.enough, rx.stuck = want, false, false
+	return rx.waitPoked(rx.waitArrivedFn)
 }
 
 // waitArrivedStep is waitArrived's step, called by the netpoller loop.
