@@ -18,14 +18,14 @@ import (
 // of the receive goroutine. That hand-off doubled a small-message round
 // trip. So a goroutine that waits on a CQ fed by one connection takes the
 // receive role itself: it reads the socket (waiting in the network poller
-// like a TCP reader), runs the receiver on every FPDU that has arrived
-// whole, and finds its completion on the CQ without being woken by anyone.
+// like a TCP reader), runs the receiver on the FPDUs as they arrive (see
+// below), and finds its completion on the CQ without being woken by anyone.
 // The receive goroutine reads only while nobody waits, so data placement,
 // Read Responses, flow control and the peer's Terminate or close carry on
 // without a waiter.
 //
 // The receiver's state (the read-ahead, the message in progress, the
-// place in an RDMA Write's payload) lives in the connection, so the role
+// place in an FPDU's payload) lives in the connection, so the role
 // can change hands between FPDUs, also with part of the next FPDU read
 // ahead, and in the middle of an FPDU's payload. A waiter never waits
 // for the peer mid-frame. It runs an FPDU that fits the 4 KiB read-ahead
@@ -41,14 +41,15 @@ import (
 // large FPDU whose rest cannot come before part of it is read (rmemFull,
 // rxArriveWait).
 //
-// Placing Writes as they come took, per 64 KiB FPDU, the two SIOCINQ
+// Placing segments as they come took, per 64 KiB FPDU, the two SIOCINQ
 // looks and the 4 KiB read of its start out of the reading side of
 // rdmanet's streams, whose reader waits for each chunk: between two
-// processes on loopback (scripts/bench-loopback.sh, medians of 5
-// interleaved runs) rdmanet moved 3696 against 3272 MiB/s with 1 MiB
-// Writes (p=0.056) for 10% less CPU per GB (p=0.016), and 1321 against
-// 1055 MiB/s with 4 KiB ones (p=0.008); 64 KiB Writes 2946 against 2698
-// MiB/s (within the noise).
+// processes on loopback (scripts/bench-loopback.sh, medians of 10
+// interleaved runs) rdmanet moved 3405 against 3040 MiB/s with 1 MiB
+// Writes (p=0.023) for 10% less CPU per GB (p=0.045), and 1321 against
+// 1009 MiB/s with 4 KiB ones (p<0.001); 64 KiB Writes 3018 against 2812
+// MiB/s (within the noise). Raw DAT streams, read by the receive
+// goroutine, and small messages did not move.
 //
 // Running large FPDUs in the waiter is what makes a stream of them
 // cheap when their reader waits for each chunk, as rdmanet's does
