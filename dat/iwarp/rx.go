@@ -666,7 +666,7 @@ func (rx *receiver) placeNow() error {
 	return nil
 }
 
-// partPlaced records n more payload bytes of the Write in place.
+// partPlaced records n more payload bytes of the segment in place.
 func (rx *receiver) partPlaced(n int) {
 	p := &rx.part
 	if rx.crcOn {
