@@ -87,44 +87,52 @@
 // # Two processes
 //
 // Between two processes on one host (loopback iWARP, two shared cores,
-// scripts/bench-loopback.sh, medians of 5 interleaved runs), large
-// streams ran at 0.72× TCP with 1 MiB Writes (3067 against 4232 MiB/s)
-// and 0.94× with 64 KiB ones (within the noise), and 1.92× with 4 KiB
-// ones, where TCP had a slow run (547 MiB/s; it moved about 1100 in
-// others); the run-to-run spread on that shared machine was 20-40%.
-// Neither process uses its core: the stream is a loop of waits, not of
-// work, and on two shared cores the wake-ups in it cost more than the
-// copies. Each turn of the loop is the writer's socket write (by the
+// scripts/bench-loopback.sh, medians of 10 interleaved runs), large
+// streams ran at 0.82× TCP with 1 MiB Writes (3405 against 4159 MiB/s)
+// and 1.03× with 64 KiB ones (3018 against 2941, within the noise), and
+// 2.33× with 4 KiB ones, where TCP had a slow run (568 MiB/s; it moved
+// about 1100 in others); the run-to-run spread on that shared machine
+// was 20-40%. The stream is a loop: the writer's socket write (by the
 // provider's sender goroutine, woken for it), the reader placing the
 // ring data and the control message after it, its copy and its credit
 // report, whose write costs about 20 µs on loopback (the kernel delivers
 // it and wakes the writer's thread within that system call), and the
 // writer woken for the report. The reader places the data itself: it
-// holds the provider's receive role while it waits and runs each 64 KiB
-// FPDU once it has arrived whole (see "Receiving in the waiter's
-// goroutine" in dat/iwarp); when the provider's receive goroutine placed
-// it and woke the reader for each chunk, that wake-up, on the other
-// processor, was the larger part of the stream's CPU time (with both
-// processes at GOMAXPROCS=1, so that no wake-up crossed processors, the
-// same code had moved 1.57× as much). A writer blocked by flow control
-// sleeps at once instead of spinning (see progress.go). Together, in the
-// same runs as the figures above: 3067 against 2718 MiB/s at 1 MiB, 2838
-// against 2433 at 64 KiB, 1050 against 896 at 4 KiB, and 0.55 against
-// 0.63 CPU-seconds per GB at 1 MiB. What is left is mostly the writer's
-// side: the sender goroutine the provider starts for each large chunk
-// and the completion it hands back (with only the writing process at
-// GOMAXPROCS=1, 1.19× as much; with only the reading one, 1.25×). The
-// copy out of the ring is 10-13% of the reading process's CPU, so a
-// zero-copy Read would not change the loop much. What did not help:
-// rings of 2 to 16 MiB (no faster; 4 and 16 MiB rings were 27-33% slower
-// at 1 MiB in one run of four rounds, and a 4 MiB ring cost 22% more CPU
-// per GB at 64 KiB: its data no longer stays in the caches), the
-// provider writing large chunks in the poster's goroutine (+52% at 1 MiB
-// in one run of ten rounds, nothing in the next, and 64 KiB Writes 23%
-// slower), a 256 KiB read-ahead for bulk streams (fewer reads, but its
-// copy cost more than they did), reservations of a quarter to a
-// sixteenth of the ring, credit batches of half to an eighth of it, and
-// a Read returning credit as it copies.
+// holds the provider's receive role while it waits and places each
+// 64 KiB FPDU's payload as its bytes arrive, straight from the socket
+// into the ring (see "Receiving in the waiter's goroutine" in
+// dat/iwarp); when the provider's receive goroutine placed it and woke
+// the reader for each chunk, that wake-up, on the other processor, was
+// the larger part of the stream's CPU time (with both processes at
+// GOMAXPROCS=1, so that no wake-up crossed processors, the same code had
+// moved 1.57× as much). A writer blocked by flow control sleeps at once
+// instead of spinning (see progress.go). The reader had first placed an
+// FPDU only once all of it had arrived, asking the socket (SIOCINQ) on
+// each look and reading the FPDU's start through a 4 KiB read-ahead
+// first; placing the bytes as they come gave, in the same runs as the
+// figures above, 3405 against 3040 MiB/s at 1 MiB (p=0.023), 3018
+// against 2812 at 64 KiB (within the noise), 1321 against 1009 at 4 KiB
+// (p<0.001), and 0.52 against 0.58 CPU-seconds per GB at 1 MiB. Now the
+// reading process is the busy one (a CPU profile with 1 MiB Writes: its
+// socket reads, which copy into the ring, 52%, the copy out of the ring
+// 17%, the credit reports' writes 3%, its spinning waits most of the
+// rest), while the writing process waits for credit most of the time;
+// so the writer's hand-off of each large chunk to the provider's sender
+// goroutine, which earlier profiles blamed, no longer limits the loop.
+// What is left against TCP is the copy out of the ring, which a TCP
+// reader does not make. What did not help: rings of 2 to 16 MiB (no
+// faster; 4 and 16 MiB rings were 27-33% slower at 1 MiB in one run of
+// four rounds, and a 4 MiB ring cost 22% more CPU per GB at 64 KiB: its
+// data no longer stays in the caches), the provider writing large chunks
+// in the poster's goroutine (+52% at 1 MiB in one run of ten rounds,
+// nothing in the next, and 64 KiB Writes 23% slower), the provider
+// writing every request, small ones too, in its sender goroutine, so
+// that the reader's credit reports would cost the reading process less
+// (a fifth slower at 64 KiB and 1 MiB in one run of five rounds), a
+// 256 KiB read-ahead for bulk streams (fewer reads, but its copy cost
+// more than they did), reservations of a quarter to a sixteenth of the
+// ring, credit batches of half to an eighth of it, and a Read returning
+// credit as it copies.
 //
 // # Connection setup
 //

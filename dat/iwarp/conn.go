@@ -417,6 +417,7 @@ func (c *connection) dropLocked(rx *receiver) {
 	}
 	rx.dropRecv()
 	rx.rd = nil
+	rx.part, rx.partOn = payloadPart{}, false
 	if c.srq == nil {
 		q.rq.clear()
 	}

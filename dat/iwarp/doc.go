@@ -304,7 +304,7 @@
 // complete on does not sleep until the receive goroutine hands it a
 // completion: it takes over the connection's receive role and reads the
 // socket itself, parked in the network poller as a TCP reader is, runs
-// the receiver on each FPDU that has arrived whole, and returns with the
+// the receiver on the FPDUs as they arrive (see below), and returns with the
 // completion it queued. A receive then costs what a TCP read costs, one
 // wake-up by the network poller, instead of that wake-up for the receive
 // goroutine plus a hand-off to the waiter. The receive goroutine reads
@@ -313,19 +313,19 @@
 // local close), so RDMA Writes are placed, Read Requests answered and
 // the peer's Terminate or close seen with nobody waiting, only that much
 // later at most. A waiter whose deadline passes mid-FPDU leaves the bytes
-// it read in the connection's read-ahead for the next reader. A waiter
-// runs an FPDU only once all of it has arrived, so it never stops in
-// the middle of one: an FPDU larger than the 4 KiB read-ahead once the
-// socket holds the rest of it (it waits for that in the network poller
-// without reading, then reads the payload straight into registered
-// memory). What a waiter does not run goes back to the receive
-// goroutine, which reads it as before: a large FPDU whose rest cannot
-// arrive before part of it is read (the socket's receive memory is full,
-// or the rest takes longer than a millisecond), a long run of large
-// FPDUs with no small one in between (a bulk RDMA Write stream nobody
-// waits on, which the receive goroutine reads with fewer system calls;
-// waiters then leave the role alone while it lasts), a protocol error,
-// the end of the stream. A CQ shared by several connections is waited on as before.
+// it read in the connection's read-ahead for the next reader. A Write,
+// Send or Read Response segment larger than the 4 KiB read-ahead a
+// waiter places as its bytes come, straight from the socket into
+// registered memory (one readv per look, which also brings the start of
+// the next FPDU into the read-ahead), and it may leave one half placed:
+// the receiver keeps the segment's place, and the next holder of the
+// role, a waiter or the receive goroutine, carries on from there. What
+// a waiter does not run goes back to the receive goroutine, which reads
+// it as before: a long run of large FPDUs with no small
+// one in between (a bulk RDMA Write stream nobody waits on, which the
+// receive goroutine reads with fewer system calls; waiters then leave
+// the role alone while it lasts), a protocol error, the end of the
+// stream. A CQ shared by several connections is waited on as before.
 // A connection whose CQ is its own starts with the role parked and no
 // receive goroutine, which is started the first time the role goes to it
 // (the sweeper's, a waiter handing it back, a local close, a Send the
@@ -339,7 +339,8 @@
 // A waiter that spins before it sleeps (package dat's PollAdaptive, with
 // the spin the IA advises, or PollBusy) takes the role between its polls
 // too (CQ.Progress): it reads what the socket has without waiting, runs
-// the FPDUs that arrived whole and parks the role again. While the peer
+// the FPDUs that arrived (whole, or for a Write as far as it has come)
+// and parks the role again. While the peer
 // answers within the spin, neither end sleeps: a small message is one
 // write, which wakes nobody, and one read, where a sleeping waiter costs
 // the write a wake-up of the peer's thread and the reader a trip through

@@ -63,3 +63,19 @@ func RxRole(q *QP) string {
 	defer c.rxc.mu.Unlock()
 	return [...]string{rxLoop: "loop", rxParked: "parked", rxWaiter: "waiter", rxEnded: "ended"}[c.rxc.role]
 }
+
+// RxMidFrame reports whether a waiter holding q's receive role waits for
+// the socket in the middle of an FPDU whose payload it places as it
+// comes. partOn changes only while its holder does not wait for the
+// socket, which it starts and stops under the lock.
+func RxMidFrame(q *QP) bool {
+	q.mu.Lock()
+	c := q.conn
+	q.mu.Unlock()
+	if c == nil {
+		return false
+	}
+	c.rxc.mu.Lock()
+	defer c.rxc.mu.Unlock()
+	return c.rxc.role == rxWaiter && c.rxc.sockWait && c.rx.partOn
+}

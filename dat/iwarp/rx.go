@@ -69,6 +69,24 @@ type receiver struct {
 	buf  []byte
 	r, w int
 
+	// part is the FPDU being placed while partOn: its header is parsed
+	// and checked, and the next bytes of the stream are the rest of its
+	// payload, then its trailer. A waiter places a Write, Send or Read
+	// Response segment as its bytes come and may leave it unfinished (see
+	// payloadRest); whoever holds the role next carries on.
+	part   payloadPart
+	partOn bool
+	// nowait: the role's holder is a waiter, which must not wait for the
+	// socket in the middle of an FPDU (payloadRest).
+	nowait bool
+	// What partReadv read, for partDone; partFn and partNowFn are
+	// waitPart's and partNow's steps, made once.
+	partN     int
+	partErrno syscall.Errno
+	partGot   bool
+	partFn    func(fd uintptr) bool
+	partNowFn func(fd uintptr)
+
 	crcOn   bool
 	crc     wire.CRC
 	started bool // a complete FPDU has arrived
@@ -153,6 +171,13 @@ func (rx *receiver) run() error {
 // With the whole FPDU read ahead (frameReady) it does not touch the
 // socket, which is what lets a waiter run it.
 func (rx *receiver) step() error {
+	if rx.partOn {
+		if err := rx.payloadRest(); err != nil {
+			return err
+		}
+		rx.opened()
+		return nil
+	}
 	rx.hlen = 0
 	op, l, err := wire.ParseControl(rx.buf[rx.r : rx.r+4])
 	if err != nil {
@@ -193,11 +218,16 @@ func (rx *receiver) step() error {
 	if err != nil {
 		return err
 	}
+	rx.opened()
+	return nil
+}
+
+// opened records a complete FPDU; the first one opens the startup gate.
+func (rx *receiver) opened() {
 	if !rx.started {
 		rx.started = true
 		rx.c.openGate()
 	}
-	return nil
 }
 
 // frameNeed returns how many bytes the FPDU starting the read-ahead
@@ -213,6 +243,22 @@ func (rx *receiver) frameNeed() int {
 		return 4
 	}
 	return max(wire.FPDULen(l), op.HeaderLen()+wire.TrailerLen(l))
+}
+
+// placeable reports whether the FPDU starting the read-ahead (at least
+// its first 4 bytes) is a Write, Send or Read Response segment, which a
+// waiter places as it comes (payloadRest) once its header is read ahead,
+// and how many more bytes that header needs.
+func (rx *receiver) placeable() (ok bool, more int) {
+	op, _, err := wire.ParseControl(rx.buf[rx.r : rx.r+4])
+	if err != nil {
+		return false, 0
+	}
+	switch op {
+	case wire.OpWrite, wire.OpSend, wire.OpSendSE, wire.OpReadResponse:
+		return true, max(0, op.HeaderLen()-(rx.w-rx.r))
+	}
+	return false, 0
 }
 
 // fill makes at least n (≤ rxBufSize) bytes available in the read-ahead
@@ -308,7 +354,7 @@ func (rx *receiver) trailer(l int) error {
 // lost". Other errors (reset, local close) end the connection as broken.
 func (rx *receiver) readErr(err error, boundary bool) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		if boundary && !rx.sendOn && !rx.tagOn {
+		if boundary && !rx.sendOn && !rx.tagOn && !rx.partOn {
 			return nil
 		}
 		rx.hlen = 0
@@ -364,30 +410,39 @@ func (rx *receiver) send(h *wire.Header, n, l int) error {
 		rx.completeRecv(driver.StatusLocalLength, 0, false)
 		return rx.protoErr(errRecvTooSmall)
 	}
-	for left := n; left > 0; {
-		d := rx.dst[rx.dstIdx]
-		k := min(left, len(d)-rx.dstOff)
-		if err := rx.readInto(d[rx.dstOff : rx.dstOff+k]); err != nil {
-			return rx.readErr(err, false)
-		}
-		left -= k
-		rx.dstOff += k
-		if rx.dstOff == len(d) {
-			rx.dstIdx++
-			rx.dstOff = 0
-		}
+	rx.part = payloadPart{op: h.Opcode, left: n, n: n, l: l, last: h.Last}
+	if n > 0 {
+		rx.nextPiece()
 	}
-	if err := rx.trailer(l); err != nil {
-		return err
+	rx.partOn = true
+	return rx.payloadRest()
+}
+
+// nextPiece makes the next piece of the receive's memory, as far as the
+// Send's payload goes, the part's destination. The capacity check in
+// send makes sure there is one.
+func (rx *receiver) nextPiece() {
+	p := &rx.part
+	d := rx.dst[rx.dstIdx]
+	k := min(p.left, len(d)-rx.dstOff)
+	p.dst = d[rx.dstOff : rx.dstOff+k]
+	p.left -= k
+	rx.dstOff += k
+	if rx.dstOff == len(d) {
+		rx.dstIdx++
+		rx.dstOff = 0
 	}
-	rx.sendMO += uint32(n)
-	if h.Last {
-		se := h.Opcode == wire.OpSendSE
+}
+
+// sendDone ends a Send segment whose payload and trailer are in.
+func (rx *receiver) sendDone(p *payloadPart) {
+	rx.sendMO += uint32(p.n)
+	if p.last {
+		se := p.op == wire.OpSendSE
 		rx.completeRecv(driver.StatusSuccess, rx.sendMO, se)
 		rx.sendMSN++
 		rx.sendOn = false
 	}
-	return nil
 }
 
 // takeRecv takes the oldest posted receive (of the QP or its SRQ) for
@@ -520,18 +575,104 @@ func (rx *receiver) write(h *wire.Header, n, l int) error {
 	if !ok {
 		return rx.protoErr(errTBounds)
 	}
-	if err := rx.readInto(dst); err != nil {
-		return rx.readErr(err, false)
+	rx.part = payloadPart{op: wire.OpWrite, dst: dst, n: n, l: l, last: h.Last, stag: h.STag, next: h.TO + uint64(n), mr: mr}
+	rx.partOn = true
+	return rx.payloadRest()
+}
+
+// payloadPart is an FPDU whose payload is being placed (receiver.part):
+// a Write, a Send or a Read Response segment.
+type payloadPart struct {
+	op   wire.Opcode
+	dst  []byte // the destination piece not filled yet
+	left int    // payload bytes beyond dst (a Send spanning pieces)
+	n    int    // the segment's payload bytes
+	l    int    // ULPDU_Length
+	last bool
+	// A Write's: its STag, the TO its message's next segment must carry,
+	// and its region.
+	stag uint32
+	next uint64
+	mr   *MR
+}
+
+// errPartial is payloadRest's answer to a waiter when the rest of the
+// FPDU has not arrived yet: the waiter waits for the socket and carries
+// on (or leaves it to the next holder of the role).
+var errPartial = errors.New("iwarp: FPDU placed in part")
+
+// payloadRest places the rest of the payload of the FPDU in rx.part,
+// checks its trailer and ends the segment. The receive goroutine waits
+// for the socket as it goes; a waiter places what has arrived, straight
+// from the socket into registered memory, and returns errPartial when
+// more is to come. So a waiter never waits for the peer in the middle of
+// an FPDU, yet neither needs to know beforehand that all of it has
+// arrived (which took it a SIOCINQ per look and a watchdog for the rest
+// that could not come while the socket's receive memory was full), nor
+// reads the FPDU's start through the read-ahead first.
+func (rx *receiver) payloadRest() error {
+	p := &rx.part
+	for {
+		if rx.nowait {
+			if err := rx.placeNow(); err != nil {
+				return err
+			}
+		} else if err := rx.readInto(p.dst); err != nil {
+			return rx.readErr(err, false)
+		}
+		if p.left == 0 {
+			break
+		}
+		rx.nextPiece()
 	}
-	if err := rx.trailer(l); err != nil {
+	if err := rx.trailer(p.l); err != nil {
 		return err
 	}
-	if h.Last {
-		rx.tagOn, rx.tagMR = false, nil
-	} else {
-		rx.tagOn, rx.tagOp, rx.tagSTag, rx.tagTO, rx.tagMR = true, wire.OpWrite, h.STag, h.TO+uint64(n), mr
+	done := *p
+	rx.part, rx.partOn = payloadPart{}, false
+	switch done.op {
+	case wire.OpWrite:
+		if done.last {
+			rx.tagOn, rx.tagMR = false, nil
+		} else {
+			rx.tagOn, rx.tagOp, rx.tagSTag, rx.tagTO, rx.tagMR = true, wire.OpWrite, done.stag, done.next, done.mr
+		}
+	case wire.OpReadResponse:
+		rx.readResponseDone(&done)
+	default:
+		rx.sendDone(&done)
 	}
 	return nil
+}
+
+// placeNow places, without waiting, what has arrived of the payload in
+// rx.part: what the read-ahead holds, then what the socket has. It
+// returns nil once the destination piece is filled and, after the last
+// piece, the trailer is read ahead; errPartial while they are not.
+func (rx *receiver) placeNow() error {
+	p := &rx.part
+	n := copy(p.dst, rx.buf[rx.r:rx.w])
+	rx.r += n
+	rx.partPlaced(n)
+	for len(p.dst) > 0 || p.left == 0 && rx.w-rx.r < wire.TrailerLen(p.l) {
+		got, err := rx.partNow()
+		if err != nil {
+			return rx.readErr(err, false)
+		}
+		if !got {
+			return errPartial
+		}
+	}
+	return nil
+}
+
+// partPlaced records n more payload bytes of the segment in place.
+func (rx *receiver) partPlaced(n int) {
+	p := &rx.part
+	if rx.crcOn {
+		rx.crc = rx.crc.Update(p.dst[:n])
+	}
+	p.dst = p.dst[n:]
 }
 
 // --- RDMA Read Response (we are the requester) ----------------------------
@@ -564,19 +705,25 @@ func (rx *receiver) readResponse(h *wire.Header, n, l int) error {
 		// The sink was deregistered while the Read was outstanding.
 		return rx.failRead(driver.StatusLocalProtection, errRRSink)
 	}
+	var dst []byte
 	if n > 0 {
-		if err := rx.readInto(rd.seg[0][rx.rdDone : rx.rdDone+uint32(n)]); err != nil {
-			return rx.readErr(err, false)
-		}
+		dst = rd.seg[0][rx.rdDone : rx.rdDone+uint32(n)]
 	}
-	if err := rx.trailer(l); err != nil {
-		return err
-	}
-	rx.rdDone += uint32(n)
-	if !h.Last {
+	rx.part = payloadPart{op: wire.OpReadResponse, dst: dst, n: n, l: l, last: h.Last}
+	rx.partOn = true
+	return rx.payloadRest()
+}
+
+// readResponseDone ends a Read Response segment whose payload and
+// trailer are in; the last one completes the Read.
+func (rx *receiver) readResponseDone(p *payloadPart) {
+	c := rx.c
+	rx.rdDone += uint32(p.n)
+	if !p.last {
 		rx.tagOn, rx.tagOp = true, wire.OpReadResponse
-		return nil
+		return
 	}
+	rd := rx.rd
 	rx.tagOn, rx.rd = false, nil
 	q := rx.q
 	q.mu.Lock()
@@ -585,7 +732,6 @@ func (rx *receiver) readResponse(h *wire.Header, n, l int) error {
 	c.readDoneLocked(rd)
 	c.kickLocked() // an ORD slot is free; a fenced WR may go
 	q.mu.Unlock()
-	return nil
 }
 
 // failRead completes the Read being answered in error and terminates:

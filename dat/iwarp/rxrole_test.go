@@ -2,6 +2,7 @@ package iwarp_test
 
 import (
 	"bytes"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -349,4 +350,94 @@ func TestWaiterLargeFrames(t *testing.T) {
 		}
 	}
 	dst.checkGuards(t)
+}
+
+// A waiter places the payload of a Write or Send as it comes, holding
+// the role while it waits for the rest, and whoever holds the role next
+// carries on from where it stopped: the same waiter, another one after
+// the first left at its deadline mid-payload, or the receive goroutine
+// when nobody waits. Each message completes (a Write with the Send after
+// it) with all its bytes in place, with and without CRCs, cut in the
+// payload and in the trailer; the Send spans two pieces of its receive.
+func TestWaiterPlacesAsItComes(t *testing.T) {
+	for _, op := range []wire.Opcode{wire.OpWrite, wire.OpSend} {
+		for _, crc := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/crc=%v", op, crc), func(t *testing.T) { waiterPlaces(t, op, crc) })
+		}
+	}
+}
+
+func waiterPlaces(t *testing.T, op wire.Opcode, crc bool) {
+	leakCheck(t)
+	s := newSide(t)
+	const size, slot, piece = 60000, 65536, 20000
+	const n = 3
+	h := newSink()
+	w := newRegion(t, s.pd, n*slot, driver.AccessLocalWrite|driver.AccessRemoteWrite)
+	r := newRegion(t, s.pd, n*64, driver.AccessLocalWrite)
+	p, q := rawConnect(t, s, s.cfg(), h, crc, 1, 1, func(q *iwarp.QP) {
+		for i := range n {
+			sge := []driver.SGE{r.sge(i*64, 64)}
+			if op == wire.OpSend {
+				sge = []driver.SGE{w.sge(i*slot, piece), w.sge(i*slot+piece, slot-piece)}
+			}
+			mustPost(t, q.PostRecv(driver.RecvWR{ID: uint64(i), Local: sge}))
+		}
+	})
+	for i := range n {
+		payload := make([]byte, size)
+		fillRandom(payload, uint64(i+1))
+		hdr := wire.Header{Opcode: wire.OpSend, Last: true, MSN: uint32(i + 1)}
+		if op == wire.OpWrite {
+			hdr = wire.Header{Opcode: wire.OpWrite, Last: true, STag: w.mr.RKey(), TO: w.mr.Addr() + uint64(i*slot)}
+		}
+		b := p.fpdu(t, wire.FPDU{Header: hdr, Payload: payload})
+		wlen, want := len(b), uint32(size)
+		if op == wire.OpWrite {
+			b = append(b, p.fpdu(t, wire.FPDU{Header: wire.Header{Opcode: wire.OpSend, Last: true, MSN: uint32(i + 1)}, Payload: []byte("done")})...)
+			want = 4
+		}
+		dst := w.buf[i*slot : i*slot+size]
+		cut := 30000
+		d := testTimeout
+		if i > 0 {
+			// This waiter leaves at its deadline, part of the payload
+			// placed.
+			d = time.Second
+		}
+		ch := waiterOn(t, q, h, d)
+		p.send(t, b[:cut])
+		waitFor(t, "the waiter to wait for the rest of the payload, holding the role", func() bool { return iwarp.RxMidFrame(q) })
+		switch i {
+		case 1:
+			// Another waiter finishes it.
+			if c := <-ch; c != nil {
+				t.Fatalf("message %d: completion %+v before it is all in", i, *c)
+			}
+			ch = waiterOn(t, q, h, testTimeout)
+		case 2:
+			// The receive goroutine finishes it, cut in the trailer.
+			if c := <-ch; c != nil {
+				t.Fatalf("message %d: completion %+v before it is all in", i, *c)
+			}
+			ch = nil
+			p.send(t, b[cut:wlen-3])
+			cut = wlen - 3 // in the CRC
+		}
+		p.send(t, b[cut:])
+		var c *driver.Completion
+		if ch != nil {
+			c = <-ch
+		} else {
+			comp := h.next(t)
+			c = &comp
+		}
+		if c == nil || c.WRID != uint64(i) || c.Status != driver.StatusSuccess || c.Length != want {
+			t.Fatalf("message %d: completion %+v", i, c)
+		}
+		if !bytes.Equal(dst, payload) {
+			t.Fatalf("message %d: the bytes placed differ", i)
+		}
+	}
+	w.checkGuards(t)
 }

@@ -138,11 +138,7 @@ func (rx *receiver) readDirect(p []byte) (int, error) {
 		w.rc, w.fn = rc, w.readv
 	}
 	rx.r, rx.w = 0, 0
-	w.iov[0].Base = &p[0]
-	w.iov[0].SetLen(len(p))
-	w.iov[1].Base = &rx.buf[0]
-	w.iov[1].SetLen(len(rx.buf))
-	w.niov = 2
+	w.aim(p, rx.buf)
 	w.n, w.errno = 0, 0
 	var err error
 	if rx.sure {
@@ -171,6 +167,19 @@ func (rx *receiver) readDirect(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// aim points the next readv at p and then ahead (the read-ahead
+// buffer's free space), leaving out an empty p.
+func (w *rawReader) aim(p, ahead []byte) {
+	w.niov = 0
+	for _, b := range [2][]byte{p, ahead} {
+		if len(b) > 0 {
+			w.iov[w.niov].Base = &b[0]
+			w.iov[w.niov].SetLen(len(b))
+			w.niov++
+		}
+	}
+}
+
 func (w *rawReader) readv(fd uintptr) bool {
 	r, _, e := syscall.Syscall(syscall.SYS_READV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(w.niov))
 	if e == syscall.EAGAIN || e == syscall.EINTR {
@@ -196,6 +205,106 @@ func (w *rawReader) readvNow(fd uintptr) {
 		}
 		return
 	}
+}
+
+// partReadv is one readv, without waiting, of the FPDU a waiter is
+// placing (rx.part): the rest of its payload straight into its
+// destination and what follows into the read-ahead, or, with the
+// payload placed, into the read-ahead only (its trailer). It reports
+// false when nothing has arrived; partDone applies what it read.
+func (rx *receiver) partReadv(fd uintptr) bool {
+	w := &rx.raw
+	if rx.buf == nil {
+		rx.takeBuf()
+	}
+	if dst := rx.part.dst; len(dst) > 0 {
+		// placeNow emptied the read-ahead into dst first.
+		rx.r, rx.w = 0, 0
+		w.aim(dst, rx.buf)
+	} else {
+		rx.compactAhead() // fewer than a trailer's bytes are read ahead
+		w.aim(nil, rx.buf[rx.w:])
+	}
+	w.readvNow(fd)
+	w.iov = [2]syscall.Iovec{}
+	if w.errno == syscall.EAGAIN {
+		return false
+	}
+	rx.partN, rx.partErrno = w.n, w.errno
+	return true
+}
+
+// partDone applies a partReadv that read something or failed; errors are
+// the socket's, as readWaiting returns them.
+func (rx *receiver) partDone() error {
+	switch {
+	case rx.partErrno != 0:
+		return rx.readError(rx.partErrno)
+	case rx.partN == 0:
+		return io.EOF
+	}
+	raceAcquire(rx.c.raceRx)
+	n := rx.partN
+	k := min(n, len(rx.part.dst))
+	raceWrite(rx.part.dst[:k])
+	rx.partPlaced(k)
+	if n > k {
+		raceWrite(rx.buf[rx.w : rx.w+n-k])
+		rx.w += n - k
+	}
+	return nil
+}
+
+// partNow is placeNow's read: one partReadv, without waiting and
+// whatever the read deadline. got reports that bytes came.
+func (rx *receiver) partNow() (got bool, err error) {
+	if rx.partNowFn == nil {
+		rx.partNowFn = func(fd uintptr) { rx.partGot = rx.partReadv(fd) } // once: allocates
+	}
+	rx.partGot = false
+	if err := rx.idle.Control(rx.partNowFn); err != nil {
+		return false, err
+	}
+	if !rx.partGot {
+		return false, nil
+	}
+	return true, rx.partDone()
+}
+
+// waitPart is a waiter's wait, in the network poller, for more of the
+// Write it is placing (rx.part), which it places as it reads: until bytes
+// come, the read deadline or a poke, as readWaiting.
+func (rx *receiver) waitPart() error {
+	if rx.partFn == nil {
+		rx.partFn = rx.partStep // once: a method value allocates
+	}
+	if err := rx.waitPoked(rx.partFn); err != nil {
+		return err
+	}
+	return rx.partDone()
+}
+
+// waitPoked runs step in the network poller's read loop of the socket,
+// as a waiter's wait does: until step reports done, the read deadline, or
+// a poke (errPoked; step checks for it).
+func (rx *receiver) waitPoked(step func(fd uintptr) bool) error {
+	rx.poked = false
+	if err := rx.idle.Read(step); err != nil {
+		return err
+	}
+	if rx.poked {
+		return errPoked
+	}
+	return nil
+}
+
+// partStep is waitPart's step, called by the netpoller loop.
+func (rx *receiver) partStep(fd uintptr) bool {
+	if rx.c.rxc.poke.Load() {
+		rx.poked = true
+		return true
+	}
+	return rx.partReadv(fd)
 }
 
 // sockRead reads into b for fill: as package net does, or, when the
@@ -309,15 +418,8 @@ func (rx *receiver) waitArrived(want int) error {
 	if rx.waitArrivedFn == nil {
 		rx.waitArrivedFn = rx.waitArrivedStep // once: a method value allocates
 	}
-	rx.want, rx.enough, rx.stuck, rx.poked = want, false, false, false
-	err := rx.idle.Read(rx.waitArrivedFn)
-	switch {
-	case err != nil:
-		return err
-	case rx.poked:
-		return errPoked
-	}
-	return nil
+	rx.want, rx.enough, rx.stuck = want, false, false
+	return rx.waitPoked(rx.waitArrivedFn)
 }
 
 // waitArrivedStep is waitArrived's step, called by the netpoller loop.

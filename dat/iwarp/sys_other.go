@@ -45,6 +45,12 @@ func (rx *receiver) readIdle() error { return nil }
 // receive role.
 func (rx *receiver) readNow() (bool, error) { return false, nil }
 
+// partNow and waitPart are never called: without idleReader no waiter
+// places a Write.
+func (rx *receiver) partNow() (bool, error) { return false, nil }
+
+func (rx *receiver) waitPart() error { return nil }
+
 // readWaiting is never called: without idleReader a waiter leaves the
 // socket to the receive goroutine.
 func (rx *receiver) readWaiting() error { return nil }
