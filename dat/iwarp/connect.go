@@ -170,15 +170,15 @@ func (ia *IA) exchangeInitiator(tc *net.TCPConn, cfg driver.QPConfig, pdata []by
 	if err := writeMPA(tc, &req); err != nil {
 		return ConnInfo{}, driver.ConnectResult{}, fmt.Errorf("MPA request: %w", refused(err))
 	}
-	var hdr [wire.MPAHeaderLen]byte
-	n, err := matchKey(tc, wire.MPAReply, hdr[:], 0)
+	var buf [wire.MPAHeaderLen + maxWirePrivateData]byte
+	n, err := matchKey(tc, wire.MPAReply, buf[:], 0)
 	if err != nil {
 		if n == 0 {
 			err = refused(err)
 		}
 		return ConnInfo{}, driver.ConnectResult{}, fmt.Errorf("MPA reply: %w", err)
 	}
-	rep, _, err := readMPARest(tc, wire.MPAReply, &hdr, n)
+	rep, err := readReply(tc, &buf, n)
 	if err != nil {
 		return ConnInfo{}, driver.ConnectResult{}, fmt.Errorf("MPA reply: %w", err)
 	}

@@ -393,6 +393,7 @@ func TestInitiatorReplyChecks(t *testing.T) {
 		{"PD too long", mpaFrame(keyRep, flagE, 2, make([]byte, 257))},
 		{"insufficient IRD", mpaFrame(keyRep, flagE, 2, v2Block(1, 200))},
 		{"truncated", mpaFrame(keyRep, flagE, 2, v2Block(1, 1))[:22]},
+		{"bytes behind the Reply", append(mpaFrame(keyRep, flagE, 2, v2Block(1, 1)), "an early FPDU"...)},
 		{"closed", nil},
 	}
 	for _, tc := range cases {

@@ -105,6 +105,41 @@ func readMPARest(r io.Reader, kind wire.MPAKind, hdr *[wire.MPAHeaderLen]byte, n
 	return f, shortV2, parseMPAPrivateData(&f, pd)
 }
 
+// readReply reads the MPA Reply whose first n bytes buf holds, n at
+// least the key's length (see matchKey, which the initiator gives all of
+// buf, so that a Reply that has arrived whole takes one read). Bytes
+// behind the Reply are an error, not part of the FPDU stream: the
+// responder must not send before the initiator's first FPDU (RFC 5044
+// §7.1.2), and the initiator never asks for peer-to-peer mode. The
+// frame's private data is a part of buf.
+func readReply(r io.Reader, buf *[wire.MPAHeaderLen + maxWirePrivateData]byte, n int) (wire.MPAFrame, error) {
+	if n < wire.MPAHeaderLen {
+		m, err := io.ReadAtLeast(r, buf[n:], wire.MPAHeaderLen-n)
+		n += m
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF // the key promised a header
+			}
+			return wire.MPAFrame{}, err
+		}
+	}
+	f, _, err := parseMPAHeader(wire.MPAReply, (*[wire.MPAHeaderLen]byte)(buf[:wire.MPAHeaderLen]))
+	if err != nil {
+		return f, err
+	}
+	end := wire.MPAHeaderLen + int(f.Header.PDLength)
+	if n > end {
+		return f, fmt.Errorf("%d bytes behind the frame, sent before the initiator's first FPDU", n-end)
+	}
+	if _, err := io.ReadFull(r, buf[n:end]); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF // the header promised more
+		}
+		return f, err
+	}
+	return f, parseMPAPrivateData(&f, buf[wire.MPAHeaderLen:end])
+}
+
 // parseMPAHeader parses a frame's header as readMPARest does (see above
 // for shortV2).
 func parseMPAHeader(kind wire.MPAKind, hdr *[wire.MPAHeaderLen]byte) (f wire.MPAFrame, shortV2 bool, err error) {

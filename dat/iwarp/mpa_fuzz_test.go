@@ -10,6 +10,37 @@ import (
 	"github.com/rdmanet/rdmanet/dat/iwarp/internal/wire"
 )
 
+// checkReadReply reads data as the initiator reads a Reply (matchKey
+// given the whole buffer, then readReply), in reads as large as chunk
+// says, and checks it agrees with readMPA, which got fr, err and consumed
+// bytes reading data: the same frame, or an error where readMPA failed
+// or where the reads went past the frame.
+func checkReadReply(t *testing.T, data []byte, chunk uint8, fr wire.MPAFrame, err error, consumed int) {
+	t.Helper()
+	n := 1 + int(chunk%20)
+	if chunk%20 == 0 {
+		n = len(data) + 1 // the whole Reply in one read
+	}
+	r := &chunkReader{data: data, n: n}
+	var buf [wire.MPAHeaderLen + maxWirePrivateData]byte
+	k, err2 := matchKey(r, wire.MPAReply, buf[:], 0)
+	var f2 wire.MPAFrame
+	if err2 == nil {
+		f2, err2 = readReply(r, &buf, k)
+	}
+	consumed2 := len(data) - len(r.data)
+	switch {
+	case err != nil && err2 == nil:
+		t.Fatalf("readReply took %q, readMPA: %v", data, err)
+	case err == nil && err2 == nil:
+		if f2.Header != fr.Header || f2.V2 != fr.V2 || !bytes.Equal(f2.PrivateData, fr.PrivateData) || consumed2 != consumed {
+			t.Fatalf("readReply read %+v in %d bytes, readMPA %+v in %d", f2, consumed2, fr, consumed)
+		}
+	case err == nil && consumed2 <= consumed:
+		t.Fatalf("readReply failed on a whole Reply with nothing behind it read: %v", err2)
+	}
+}
+
 // readMPA reads a whole frame as the handshake sides do.
 func readMPA(r io.Reader, kind wire.MPAKind) (f wire.MPAFrame, shortV2 bool, err error) {
 	var hdr [wire.MPAHeaderLen]byte
@@ -41,7 +72,8 @@ func (r *chunkReader) Read(p []byte) (int, error) {
 // first segment never panic, never read past the frame, recognise bytes
 // that are not MPA from the key alone (in the reads that take the
 // header: a read may return more than the key), and agree with each
-// other.
+// other; the initiator's Reply reader, which may read past the frame in
+// its one read, then fails.
 func FuzzReadMPA(f *testing.F) {
 	req := wire.MPAFrame{Header: wire.MPAHeader{Kind: wire.MPARequest, Revision: 2, Flags: wire.MPAFlagEnhanced},
 		V2: wire.MPAv2{IRD: 1, ORD: 1}, PrivateData: []byte("pd")}
@@ -87,7 +119,8 @@ func FuzzReadMPA(f *testing.F) {
 				t.Fatalf("%d bytes of private data accepted", len(fr.PrivateData))
 			}
 		}
-		if kind != wire.MPARequest {
+		if kind == wire.MPAReply {
+			checkReadReply(t, data, chunk, fr, err, consumed)
 			return
 		}
 		switch classifyFirstBytes(data[:min(len(data), wire.MPAHeaderLen+maxWirePrivateData)]) {
