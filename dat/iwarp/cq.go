@@ -30,15 +30,14 @@ import (
 // the goroutine waiting for it. Whoever queues a completion, interrupts
 // or closes the CQ meanwhile pokes that reader instead of signalling.
 type CQ struct {
-	mu       sync.Mutex
-	q        ring[cqEntry]
-	waiting  bool // a Wait is blocked (or about to block) on wake
-	intr     bool // Interrupt came since the last Wait returned
-	closed   bool
-	wake     chan struct{} // capacity 1
-	done     chan struct{} // closed by Close
-	timer    *time.Timer   // Wait's deadline timer, reused (one waiter at a time)
-	closeErr error
+	mu      sync.Mutex
+	q       ring[cqEntry]
+	waiting bool // a Wait is blocked (or about to block) on wake
+	intr    bool // Interrupt came since the last Wait returned
+	closed  bool
+	wake    chan struct{} // capacity 1
+	done    chan struct{} // closed by Close
+	timer   *time.Timer   // Wait's deadline timer, reused (one waiter at a time)
 
 	// rxConns counts the connections whose receives complete here;
 	// rxConn is the only one while that is 1 and it has been the only
@@ -129,7 +128,7 @@ func (cq *CQ) detach(c *connection) {
 // Callers hold cq.mu.
 func (cq *CQ) readyLocked(deadline time.Time) (bool, error) {
 	if cq.closed {
-		return true, cq.closeErr
+		return true, errCQClosed
 	}
 	if cq.q.len() > 0 || cq.intr {
 		cq.intr = false
@@ -217,7 +216,7 @@ func (cq *CQ) Wait(deadline time.Time) error {
 	case <-cq.wake:
 	case <-tc:
 	case <-cq.done:
-		err = cq.closeErr
+		err = errCQClosed
 	}
 	if tc != nil {
 		// Since Go 1.23 Stop leaves no stale value in the channel, so
@@ -265,6 +264,11 @@ func (cq *CQ) Interrupt() {
 	}
 }
 
+// errCQClosed is what a Wait on a closed CQ returns: one value for every
+// CQ, as it says nothing of its own, rather than two allocations in each
+// connection's teardown (which closes two CQs).
+var errCQClosed = fmt.Errorf("iwarp: CQ closed: %w", net.ErrClosed)
+
 // Close frees the CQ; a Wait in progress returns an error wrapping
 // net.ErrClosed. It is idempotent.
 func (cq *CQ) Close() error {
@@ -274,7 +278,6 @@ func (cq *CQ) Close() error {
 		return nil
 	}
 	cq.closed = true
-	cq.closeErr = fmt.Errorf("iwarp: CQ closed: %w", net.ErrClosed)
 	cq.q.clear()
 	close(cq.done)
 	sc := cq.sockConn
