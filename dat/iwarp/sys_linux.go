@@ -181,18 +181,12 @@ func (w *rawReader) aim(p, ahead []byte) {
 }
 
 func (w *rawReader) readv(fd uintptr) bool {
-	r, _, e := syscall.Syscall(syscall.SYS_READV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(w.niov))
-	if e == syscall.EAGAIN || e == syscall.EINTR {
-		return false // wait until readable
-	}
-	w.n, w.errno = int(r), e
-	if e != 0 {
-		w.n = 0
-	}
-	return true
+	w.readvNow(fd)
+	return w.errno != syscall.EAGAIN // else wait until readable
 }
 
-// readvNow is readv for bytes known to have arrived: one attempt.
+// readvNow is one readv (retried if a signal cut it short) into w.iov:
+// w.n bytes, or the failure in w.errno (EAGAIN when nothing has arrived).
 func (w *rawReader) readvNow(fd uintptr) {
 	for {
 		r, _, e := syscall.Syscall(syscall.SYS_READV, fd, uintptr(unsafe.Pointer(&w.iov[0])), uintptr(w.niov))
