@@ -53,18 +53,9 @@ type receiver struct {
 	// small counts the FPDUs since the last one that did not fit the
 	// read-ahead, up to rxBulkAfter (rxCtl.bulk).
 	small int
-	// sure: the socket holds the rest of the FPDU being run (a waiter
-	// checked, see arrived), so its reads need not wait and must not
-	// stop at the waiter's read deadline.
-	sure bool
 	// bulkRun counts the large FPDUs waiters ran since a wait last
 	// ended with a completion (rxWaiterBulk).
 	bulkRun int
-	// arrived's and waitArrived's state and steps, made once.
-	arrivedFn     func(fd uintptr)
-	waitArrivedFn func(fd uintptr) bool
-	want          int
-	enough, stuck bool
 
 	buf  []byte
 	r, w int
@@ -245,20 +236,20 @@ func (rx *receiver) frameNeed() int {
 	return max(wire.FPDULen(l), op.HeaderLen()+wire.TrailerLen(l))
 }
 
-// placeable reports whether the FPDU starting the read-ahead (at least
-// its first 4 bytes) is a Write, Send or Read Response segment, which a
-// waiter places as it comes (payloadRest) once its header is read ahead,
-// and how many more bytes that header needs.
-func (rx *receiver) placeable() (ok bool, more int) {
+// headerMissing returns how many more bytes the read-ahead needs before
+// it holds the whole header of the FPDU it starts with (at least its
+// first 4 bytes, valid ones: see frameNeed). A waiter runs an FPDU larger
+// than the read-ahead once its header is there: a Write, Send or Read
+// Response segment it places as it comes (payloadRest); any other large
+// FPDU is a protocol error its header shows (a Send with Invalidate, a
+// Terminate with an oversized attachment; a Read Request has a fixed
+// length), which step reports without reading further.
+func (rx *receiver) headerMissing() int {
 	op, _, err := wire.ParseControl(rx.buf[rx.r : rx.r+4])
 	if err != nil {
-		return false, 0
+		return 0 // step fails it on its first 4 bytes
 	}
-	switch op {
-	case wire.OpWrite, wire.OpSend, wire.OpSendSE, wire.OpReadResponse:
-		return true, max(0, op.HeaderLen()-(rx.w-rx.r))
-	}
-	return false, 0
+	return max(0, op.HeaderLen()-(rx.w-rx.r))
 }
 
 // fill makes at least n (≤ rxBufSize) bytes available in the read-ahead
@@ -269,7 +260,7 @@ func (rx *receiver) fill(n int) error {
 	}
 	if rx.r == rx.w {
 		rx.r, rx.w = 0, 0
-		if rx.idle != nil && !rx.sure {
+		if rx.idle != nil {
 			// Nothing read ahead: wait for the socket without holding
 			// the buffer, which an idle connection then does not cost.
 			if err := rx.readIdle(); err != nil {
@@ -284,7 +275,7 @@ func (rx *receiver) fill(n int) error {
 		rx.r = 0
 	}
 	for rx.w-rx.r < n {
-		m, err := rx.sockRead(rx.buf[rx.w:])
+		m, err := rx.tc.Read(rx.buf[rx.w:])
 		raceAcquire(rx.c.raceRx)
 		rx.w += m
 		if err != nil && rx.w-rx.r < n {

@@ -34,12 +34,11 @@ import (
 // read ahead, reading what the socket has straight into registered
 // memory (payloadRest): when it has to wait for more, or leaves, the
 // segment's place is kept for the next holder of the role. Any other
-// large FPDU (one that can only be a protocol error, such as a Send with
-// Invalidate) it runs once the socket holds the rest of it (SIOCINQ). A
-// protocol error and the end of the stream go back to the receive
-// goroutine, which alone tears the connection down; so does such a
-// large FPDU whose rest cannot come before part of it is read (rmemFull,
-// rxArriveWait).
+// large FPDU can only be a protocol error (a Send with Invalidate, a
+// Terminate with an oversized attachment), which its header shows: the
+// waiter runs it once the header is read ahead, and fails it without
+// reading further. A protocol error and the end of the stream go back to
+// the receive goroutine, which alone tears the connection down.
 //
 // Placing segments as they come took, per 64 KiB FPDU, the two SIOCINQ
 // looks and the 4 KiB read of its start out of the reading side of
@@ -322,19 +321,6 @@ func (c *connection) sweep() bool {
 // Writes nobody waits for does not.
 const rxWaiterBulk = 64
 
-// rxArriveWait bounds a waiter's wait for the rest of a large FPDU that
-// is not placed as it comes (waitArrived), after which the receive goroutine takes it
-// over. The waiter reads such an FPDU's payload only once all of it has
-// arrived, so
-// that it never has to leave in the middle of one (its deadline, a
-// poke), which the receiver could not resume. But the kernel accepts
-// the rest only while the socket's receive memory has room, which
-// partly read segments and a small buffer can use up: then nothing more
-// arrives, and nothing wakes the waiter either. rmemFull catches the
-// common case at once; this catches the rest, when the window closed
-// below that mark.
-const rxArriveWait = time.Millisecond
-
 // rxBulkAfter is how many FPDUs that fit the read-ahead must follow one
 // that did not before waiters take the receive role again.
 const rxBulkAfter = 8
@@ -475,11 +461,10 @@ func (c *connection) takeRole() (took, futile bool) {
 }
 
 // runWhole runs, for the waiter holding the role, every FPDU that has
-// arrived whole: in the read-ahead, or, for one larger than it, in the
-// read-ahead and the socket together. It reports false, having handed
+// arrived whole in the read-ahead, and one larger than the read-ahead as
+// far as it has come (see headerMissing). It reports false, having handed
 // the role back to the receive goroutine, on a protocol error (which it
-// turns into the connection's end), a large FPDU that cannot arrive
-// whole (rmemFull), or one FPDU too many of a bulk stream
+// turns into the connection's end) or one FPDU too many of a bulk stream
 // (rxWaiterBulk).
 func (c *connection) runWhole() bool {
 	rx := c.rx
@@ -491,30 +476,16 @@ func (c *connection) runWhole() bool {
 			if need <= rxBufSize {
 				return true
 			}
-			// A large FPDU: a Write, Send or Read Response segment is
-			// placed as it comes (payloadRest), once its header is read
-			// ahead; anything else once it has arrived whole, its
-			// payload going from the socket into registered memory
-			// without waiting.
-			if ok, more := rx.placeable(); ok && more > 0 {
+			// A large FPDU runs once its header is read ahead (see
+			// headerMissing).
+			if rx.headerMissing() > 0 {
 				return true
-			} else if !ok {
-				ok, stuck := rx.arrived(need - (rx.w - rx.r))
-				if stuck {
-					c.handBack()
-					return false
-				}
-				if !ok {
-					return true
-				}
-				rx.sure = true
 			}
 			// A waiter that places a stream for long without being
 			// done (a bulk transfer whose completion comes at its end)
 			// leaves it to the receive goroutine, which reads it with
 			// fewer system calls.
 			if rx.bulkRun++; rx.bulkRun > rxWaiterBulk {
-				rx.sure = false
 				x.mu.Lock()
 				x.long = true
 				x.mu.Unlock()
@@ -526,7 +497,7 @@ func (c *connection) runWhole() bool {
 		}
 		rx.nowait = true
 		err := rx.step()
-		rx.sure, rx.nowait = false, false
+		rx.nowait = false
 		if err == errPartial {
 			return true
 		}
@@ -536,17 +507,6 @@ func (c *connection) runWhole() bool {
 			return false
 		}
 	}
-}
-
-// wholeWait reports whether the read-ahead holds the start of a large
-// FPDU that a waiter runs only once all of it has arrived (see
-// runWhole): nothing is to be read into the read-ahead meanwhile.
-func (rx *receiver) wholeWait() bool {
-	if need := rx.frameNeed(); need <= rxBufSize || need <= rx.w-rx.r {
-		return false
-	}
-	ok, _ := rx.placeable()
-	return !ok
 }
 
 // progressRx is CQ.Progress for the CQ that only c's receives complete
@@ -573,10 +533,10 @@ func (c *connection) progressRx() (found, stop bool) {
 		_ = c.tc.SetReadDeadline(time.Time{})
 		x.rdl = time.Time{}
 	}
-	if rx.partOn || rx.wholeWait() {
+	if rx.partOn {
 		// A large FPDU still arriving: runWhole placed what there was
-		// of it, or found it incomplete with its start read ahead;
-		// nothing is to be read into the read-ahead.
+		// of it, and the rest goes straight into its place, not into
+		// the read-ahead.
 		c.release()
 		return false, false
 	}
@@ -597,7 +557,6 @@ func (c *connection) progressRx() (found, stop bool) {
 // release parks the role a waiter is done with.
 func (c *connection) release() {
 	x := &c.rxc
-	c.rx.enough = false // what the next holder finds, it checks again
 	x.mu.Lock()
 	x.role = rxParked
 	x.parks++
@@ -610,7 +569,6 @@ func (c *connection) release() {
 // handBack gives the role straight back to the receive goroutine.
 func (c *connection) handBack() {
 	x := &c.rxc
-	c.rx.enough = false
 	x.mu.Lock()
 	x.role = rxLoop
 	c.toLoopLocked()
@@ -644,39 +602,18 @@ func (c *connection) waitRx(cq *CQ, deadline time.Time) (handled bool, err error
 		cq.sockConn = c
 		cq.mu.Unlock()
 
-		// Waiting for the rest of a large FPDU has a watchdog: see
-		// rxArriveWait.
-		need := rx.frameNeed()
-		large := !rx.partOn && rx.wholeWait()
-		rdl, watchdog := deadline, false
-		if large {
-			// The watchdog is set anew only once the last one has
-			// passed (at most every rxArriveWait): a timer reset per
-			// FPDU cost more than the waits it bounds.
-			now := time.Now()
-			if x.rdl.After(now) && (deadline.IsZero() || !x.rdl.After(deadline)) {
-				rdl, watchdog = x.rdl, true
-			} else if wd := now.Add(rxArriveWait); deadline.IsZero() || wd.Before(deadline) {
-				rdl, watchdog = wd, true
-			}
-		}
 		x.mu.Lock()
 		x.sockWait = true
-		reset := x.stale || !x.rdl.Equal(rdl)
+		reset := x.stale || !x.rdl.Equal(deadline)
 		x.stale = false
 		x.mu.Unlock()
 		if reset {
-			_ = c.tc.SetReadDeadline(rdl)
-			x.rdl = rdl
+			_ = c.tc.SetReadDeadline(deadline)
+			x.rdl = deadline
 		}
 		var rerr error
 		if rx.partOn {
 			rerr = rx.waitPart()
-		} else if large {
-			rerr = rx.waitArrived(need - (rx.w - rx.r))
-			if watchdog && errors.Is(rerr, os.ErrDeadlineExceeded) && !x.poke.Load() {
-				rerr, rx.stuck = nil, true
-			}
 		} else {
 			rerr = rx.readWaiting()
 		}
@@ -686,12 +623,6 @@ func (c *connection) waitRx(cq *CQ, deadline time.Time) (handled bool, err error
 		cq.mu.Lock()
 		cq.sockConn = nil
 		cq.mu.Unlock()
-		if rerr == nil && rx.stuck {
-			// The rest of a large FPDU cannot arrive before part of it
-			// is read: the receive goroutine reads it as it comes.
-			c.handBack()
-			return false, nil
-		}
 		if rerr != nil && rerr != errPoked && !errors.Is(rerr, os.ErrDeadlineExceeded) {
 			// The end of the stream, a reset, a local close: the
 			// receive goroutine ends the connection.

@@ -2,6 +2,8 @@ package iwarp_test
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -313,12 +315,10 @@ func TestReceiverStartsWithoutWaiter(t *testing.T) {
 	}
 }
 
-// A waiter places a large FPDU itself once all of it has arrived, also
-// when it comes in pieces, and when the rest is slow to come the receive
-// goroutine takes it over (rxArriveWait) without losing a byte; either
-// way the message completes intact for the waiter. Several messages in
-// a row, each cut at a different place, with pauses longer than the
-// watchdog on some.
+// A waiter places a large Send itself as it comes, also when it comes in
+// pieces with pauses between them, without losing a byte: the message
+// completes intact for the waiter. Several messages in a row, each cut
+// at a different place, with a pause on some.
 func TestWaiterLargeFrames(t *testing.T) {
 	leakCheck(t)
 	s := newSide(t)
@@ -338,7 +338,7 @@ func TestWaiterLargeFrames(t *testing.T) {
 		cut := []int{30, 4000, 5000, 30000, len(b) - 3, len(b) - 1}[i]
 		p.send(t, b[:cut])
 		if i%2 == 1 {
-			time.Sleep(5 * time.Millisecond) // beyond the watchdog
+			time.Sleep(5 * time.Millisecond)
 		}
 		p.send(t, b[cut:])
 		c := <-ch
@@ -440,4 +440,62 @@ func waiterPlaces(t *testing.T, op wire.Opcode, crc bool) {
 		}
 	}
 	w.checkGuards(t)
+}
+
+// A large FPDU that is neither a Write, a Send nor a Read Response can
+// only be a protocol error, and a waiter holding the receive role fails
+// it on its header: the peer that sent the header alone, and never the
+// rest, sees the connection end. A Send with Invalidate is answered with
+// the Terminate it earns; a Terminate whose attachment is too long for
+// any Terminate ends the connection unanswered, as malformed.
+func TestWaiterLargeProtocolError(t *testing.T) {
+	for _, kind := range []string{"send with invalidate", "oversized terminate"} {
+		t.Run(kind, func(t *testing.T) {
+			leakCheck(t)
+			s := newSide(t)
+			h := newSink()
+			dst := newRegion(t, s.pd, 65536, driver.AccessLocalWrite)
+			p, q := rawConnect(t, s, s.cfg(), h, false, 1, 1, func(q *iwarp.QP) {
+				mustPost(t, q.PostRecv(driver.RecvWR{ID: 1, Local: []driver.SGE{dst.sge(0, 65536)}}))
+			})
+			var b []byte
+			if kind == "send with invalidate" {
+				b = p.fpdu(t, wire.FPDU{Header: wire.Header{Opcode: wire.OpSendInvalidate, Last: true, MSN: 1, STag: dst.mr.RKey()}, Payload: make([]byte, 60000)})
+			} else {
+				term := wire.SiwTerminate(wire.TermCause{Layer: wire.LayerRDMAP, EType: wire.ETypeRDMAPRemoteOperation, ECode: wire.ECodeRDMAPCannotInvalidate}, nil, wire.TermLayoutRFC, nil)
+				var err error
+				if b, err = wire.AppendTerminate(nil, &term, false); err != nil {
+					t.Fatal(err)
+				}
+				// The length field claims 60000 bytes of attachment.
+				binary.BigEndian.PutUint16(b, uint16(wire.TerminateHeaderLen-wire.ULPDULengthLen+60000))
+			}
+			// The waiter gives up after 2 s: nothing completes on its CQ
+			// (package dat, not the provider, flushes the receive).
+			ch := waiterOn(t, q, h, 2*time.Second)
+			p.send(t, b[:wire.TerminateHeaderLen+8]) // the header, and no more
+			if kind == "send with invalidate" {
+				ctl, _ := p.readTerminate(t)
+				if got := [3]uint8{uint8(ctl.Layer), ctl.EType, ctl.ECode}; got != [3]uint8{uint8(wire.LayerRDMAP), wire.ETypeRDMAPRemoteOperation, wire.ECodeRDMAPCannotInvalidate} {
+					t.Fatalf("Terminate %v, want RDMAP cannot-invalidate", got)
+				}
+				assertTerminateError(t, h.waitDisconnected(t), wire.LayerRDMAP, wire.ETypeRDMAPRemoteOperation, wire.ECodeRDMAPCannotInvalidate)
+			} else {
+				err := h.waitDisconnected(t)
+				var te *iwarp.TerminateError
+				if !errors.As(err, &te) || !te.Remote || !te.Malformed {
+					t.Fatalf("OnDisconnect(%v), want the peer's malformed Terminate", err)
+				}
+				p.c.SetReadDeadline(time.Now().Add(testTimeout))
+				if f, _, err := p.readFPDU(); err == nil {
+					t.Fatalf("answered a Terminate with %v", f.Header.Opcode)
+				}
+			}
+			p.c.Close()
+			q.Close()
+			if c := <-ch; c != nil && c.Status == driver.StatusSuccess {
+				t.Fatalf("completion %+v for a message that failed", *c)
+			}
+		})
+	}
 }

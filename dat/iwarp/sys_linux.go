@@ -10,8 +10,6 @@ import (
 	"time"
 	"unsafe"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rdmanet/rdmanet/dat/iwarp/internal/wire"
 )
 
@@ -140,14 +138,7 @@ func (rx *receiver) readDirect(p []byte) (int, error) {
 	rx.r, rx.w = 0, 0
 	w.aim(p, rx.buf)
 	w.n, w.errno = 0, 0
-	var err error
-	if rx.sure {
-		// The bytes are there: read without the deadline check (a
-		// waiter's deadline may have passed, or a poke set one).
-		err = w.rc.Control(w.readvNow)
-	} else {
-		err = w.rc.Read(w.fn)
-	}
+	err := w.rc.Read(w.fn)
 	w.iov = [2]syscall.Iovec{}
 	switch {
 	case err != nil:
@@ -299,131 +290,6 @@ func (rx *receiver) partStep(fd uintptr) bool {
 		return true
 	}
 	return rx.partReadv(fd)
-}
-
-// sockRead reads into b for fill: as package net does, or, when the
-// bytes are known to have arrived (rx.sure), with one read that neither
-// waits nor looks at the read deadline.
-func (rx *receiver) sockRead(b []byte) (int, error) {
-	if !rx.sure || rx.idle == nil {
-		return rx.tc.Read(b)
-	}
-	var n int
-	var rerr error
-	err := rx.idle.Control(func(fd uintptr) { n, rerr = readFD(fd, b) })
-	switch {
-	case err != nil:
-		return 0, err
-	case rerr == syscall.EAGAIN:
-		return rx.tc.Read(b) // not expected: the bytes were there
-	case rerr != nil:
-		return 0, rx.readError(rerr)
-	case n == 0:
-		return 0, io.EOF
-	}
-	return n, nil
-}
-
-// inq returns how many bytes the socket holds unread (SIOCINQ), and,
-// when that is fewer than want, whether no more will come: the peer shut its side, or the connection
-// failed.
-func inq(fd uintptr, want int) (n int, ended bool) {
-	var v int32
-	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, fd, unix.SIOCINQ, uintptr(unsafe.Pointer(&v))); e != 0 {
-		return 0, true
-	}
-	if int(v) >= want {
-		return int(v), false
-	}
-	pfd := pollFd{fd: int32(fd), events: pollRDHUP}
-	if r, _, e := syscall.Syscall(syscall.SYS_POLL, uintptr(unsafe.Pointer(&pfd)), 1, 0); e == 0 && r == 1 {
-		ended = pfd.revents&(pollRDHUP|pollHUP|pollERR) != 0
-	}
-	return int(v), ended
-}
-
-// pollFd is poll(2)'s struct pollfd.
-type pollFd struct {
-	fd              int32
-	events, revents int16
-}
-
-// poll(2) event bits.
-const (
-	pollERR   = unix.POLLERR
-	pollHUP   = unix.POLLHUP
-	pollRDHUP = unix.POLLRDHUP
-)
-
-// arrived reports whether the socket holds at least want more bytes, or
-// the stream has ended (then the FPDU's run reads what there is and
-// meets the end, as the receive goroutine would); stuck, that they
-// cannot arrive before some of what is there is read (rmemFull).
-func (rx *receiver) arrived(want int) (ok, stuck bool) {
-	if rx.idle == nil {
-		return false, true
-	}
-	if rx.arrivedFn == nil {
-		rx.arrivedFn = rx.arrivedNow // once: a method value allocates
-	}
-	if rx.enough && rx.want >= want {
-		// waitArrived just saw them (nothing was read since).
-		rx.enough = false
-		return true, false
-	}
-	rx.want, rx.enough, rx.stuck = want, false, false
-	_ = rx.idle.Control(rx.arrivedFn)
-	ok, stuck = rx.enough, rx.stuck
-	rx.enough = false
-	return ok, stuck
-}
-
-func (rx *receiver) arrivedNow(fd uintptr) {
-	n, ended := inq(fd, rx.want)
-	rx.enough = n >= rx.want || ended
-	rx.stuck = !rx.enough && rmemFull(fd)
-}
-
-// rmemFull reports whether the socket's receive memory (counting the
-// buffers' overhead, not just the bytes) is full enough that the kernel
-// may have closed the window: it advertises none once less than half of
-// the buffer is free, scaled by its estimate of the overhead. Then the
-// rest of an FPDU arrives only once some of what is queued is read.
-// That happens while the buffer is still small and partly read segments
-// hold on to their memory; the receive goroutine then reads the FPDU as
-// it comes. A quarter is on the safe side of every overhead estimate
-// but the worst; rxArriveWait catches those.
-func rmemFull(fd uintptr) bool {
-	var mi [unix.SK_MEMINFO_VARS]uint32
-	l := uint32(len(mi) * 4)
-	if _, _, e := syscall.Syscall6(syscall.SYS_GETSOCKOPT, fd, unix.SOL_SOCKET, unix.SO_MEMINFO,
-		uintptr(unsafe.Pointer(&mi[0])), uintptr(unsafe.Pointer(&l)), 0); e != 0 {
-		return true // cannot tell: let the receive goroutine read it
-	}
-	return mi[unix.SK_MEMINFO_RMEM_ALLOC] > mi[unix.SK_MEMINFO_RCVBUF]/4
-}
-
-// waitArrived is a waiter's wait, in the network poller, for the rest of
-// a large FPDU (want more bytes): until they have all arrived, the
-// stream ended, the read deadline or a poke, or until rx.stuck says
-// they cannot come (see rmemFull). It reads nothing: the FPDU's payload
-// then goes straight into registered memory (runWhole).
-func (rx *receiver) waitArrived(want int) error {
-	if rx.waitArrivedFn == nil {
-		rx.waitArrivedFn = rx.waitArrivedStep // once: a method value allocates
-	}
-	rx.want, rx.enough, rx.stuck = want, false, false
-	return rx.waitPoked(rx.waitArrivedFn)
-}
-
-// waitArrivedStep is waitArrived's step, called by the netpoller loop.
-func (rx *receiver) waitArrivedStep(fd uintptr) bool {
-	if rx.c.rxc.poke.Load() {
-		rx.poked = true
-		return true
-	}
-	rx.arrivedNow(fd)
-	return rx.enough || rx.stuck
 }
 
 // readFD is one read(2) of fd into b, retried if a signal cut it short.

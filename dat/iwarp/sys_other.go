@@ -20,15 +20,6 @@ func (s *sender) writeNow() (ok bool, err error) { return false, nil }
 
 type rawReader struct{}
 
-// arrived reports false: without idleReader no waiter runs a large FPDU.
-func (rx *receiver) arrived(int) (ok, stuck bool) { return false, true }
-
-// waitArrived is never called (see arrived).
-func (rx *receiver) waitArrived(int) error { return nil }
-
-// sockRead reads into b.
-func (rx *receiver) sockRead(b []byte) (int, error) { return rx.tc.Read(b) }
-
 // readDirect reads into p.
 func (rx *receiver) readDirect(p []byte) (int, error) { return rx.tc.Read(p) }
 
