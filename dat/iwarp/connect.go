@@ -95,15 +95,28 @@ func (ia *IA) dialer(opts driver.ConnectOptions) (*net.Dialer, error) {
 // Reply. ctx is the caller's context (its deadline and cancellation are
 // reported as such), actx additionally carries local aborts.
 func (ia *IA) initiate(ctx, actx context.Context, d *net.Dialer, raddr *net.TCPAddr, cfg driver.QPConfig, pdata []byte) (*connection, driver.ConnectResult, error) {
-	nc, err := d.DialContext(actx, "tcp", raddr.String())
+	req := ia.request(cfg, pdata)
+	tc, err := (*net.TCPConn)(nil), errNoQuickDial
+	sent := false
+	if d.ControlContext == nil {
+		// The Request goes out with the connect (see dialSending).
+		laddr, _ := d.LocalAddr.(*net.TCPAddr)
+		tc, err = dialSending(actx, raddr, laddr, req, d.KeepAliveConfig)
+		sent = err == nil
+	}
+	if err == errNoQuickDial {
+		var nc net.Conn
+		if nc, err = d.DialContext(actx, "tcp", raddr.String()); err == nil {
+			// TCP_NODELAY (siw_tcp_nagle = false) is on already:
+			// package net sets it on every connection it makes.
+			tc = nc.(*net.TCPConn)
+		}
+	}
 	if err != nil {
 		// A full listener's reset can come so quickly that the connect
-		// itself reports it.
-		return nil, driver.ConnectResult{}, classify(ctx, actx, refused(err), false, 0)
+		// itself reports it. A deadline that passed is the caller's.
+		return nil, driver.ConnectResult{}, classify(ctx, actx, refused(err), true, 0)
 	}
-	// TCP_NODELAY (siw_tcp_nagle = false) is on already: package net
-	// sets it on every connection it makes.
-	tc := nc.(*net.TCPConn)
 	setUserTimeout(tc, d.KeepAliveConfig)
 	// A connection from a port of the caller's choosing is reset rather
 	// than closed when it fails, so that the port is free at once for
@@ -120,8 +133,16 @@ func (ia *IA) initiate(ctx, actx context.Context, d *net.Dialer, raddr *net.TCPA
 	}
 	_ = tc.SetDeadline(deadline)
 	stop := context.AfterFunc(actx, func() { _ = tc.SetDeadline(aLongTimeAgo) })
-
-	info, res, err := ia.exchangeInitiator(tc, cfg, pdata)
+	if !sent {
+		if _, err = tc.Write(req); err != nil {
+			err = fmt.Errorf("MPA request: %w", refused(err))
+		}
+	}
+	var info ConnInfo
+	var res driver.ConnectResult
+	if err == nil {
+		info, res, err = ia.exchangeInitiator(tc, cfg)
+	}
 	if !stop() && err == nil {
 		// Cancelled just as the exchange finished: the socket deadline may
 		// already be (or be about to be) expired, so the connection is
@@ -151,25 +172,30 @@ func (ia *IA) initiate(ctx, actx context.Context, d *net.Dialer, raddr *net.TCPA
 // pending socket I/O fail at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
-// exchangeInitiator sends the MPA Request and checks the Reply, in siw's
-// order (siw_proc_mpareply): frame validity, reject, markers, CRC,
-// revision/E, IRD/ORD.
-func (ia *IA) exchangeInitiator(tc *net.TCPConn, cfg driver.QPConfig, pdata []byte) (ConnInfo, driver.ConnectResult, error) {
+// request is the MPA Request of an initiator with cfg, carrying pdata.
+func (ia *IA) request(cfg driver.QPConfig, pdata []byte) []byte {
 	req := wire.MPAFrame{
 		Header:      wire.MPAHeader{Kind: wire.MPARequest, Revision: uint8(ia.opts.mpaRev)},
 		PrivateData: pdata,
 	}
-	enhanced := ia.opts.mpaRev == wire.MPARevision2
-	if enhanced {
+	if ia.opts.mpaRev == wire.MPARevision2 {
 		req.Header.Flags |= wire.MPAFlagEnhanced
 		req.V2 = wire.MPAv2{IRD: v2Limit(cfg.IRD), ORD: v2Limit(cfg.ORD)}
 	}
 	if ia.opts.requireCRC {
 		req.Header.Flags |= wire.MPAFlagCRC
 	}
-	if err := writeMPA(tc, &req); err != nil {
-		return ConnInfo{}, driver.ConnectResult{}, fmt.Errorf("MPA request: %w", refused(err))
-	}
+	// ConnectWith checked the private data's length, the only thing
+	// encoding can refuse.
+	b, _ := req.Append(make([]byte, 0, req.Len()))
+	return b
+}
+
+// exchangeInitiator reads and checks the MPA Reply to the Request the
+// initiator sent, in siw's order (siw_proc_mpareply): frame validity,
+// reject, markers, CRC, revision/E, IRD/ORD.
+func (ia *IA) exchangeInitiator(tc *net.TCPConn, cfg driver.QPConfig) (ConnInfo, driver.ConnectResult, error) {
+	enhanced := ia.opts.mpaRev == wire.MPARevision2
 	var buf [wire.MPAHeaderLen + maxWirePrivateData]byte
 	n, err := matchKey(tc, wire.MPAReply, buf[:], 0)
 	if err != nil {
