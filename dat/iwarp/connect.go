@@ -96,27 +96,16 @@ func (ia *IA) dialer(opts driver.ConnectOptions) (*net.Dialer, error) {
 // reported as such), actx additionally carries local aborts.
 func (ia *IA) initiate(ctx, actx context.Context, d *net.Dialer, raddr *net.TCPAddr, cfg driver.QPConfig, pdata []byte) (*connection, driver.ConnectResult, error) {
 	req := ia.request(cfg, pdata)
-	tc, err := (*net.TCPConn)(nil), errNoQuickDial
-	sent := false
-	if d.ControlContext == nil {
-		// The Request goes out with the connect (see dialSending).
-		laddr, _ := d.LocalAddr.(*net.TCPAddr)
-		tc, err = dialSending(actx, raddr, laddr, req, d.KeepAliveConfig)
-		sent = err == nil
-	}
-	if err == errNoQuickDial {
-		var nc net.Conn
-		if nc, err = d.DialContext(actx, "tcp", raddr.String()); err == nil {
-			// TCP_NODELAY (siw_tcp_nagle = false) is on already:
-			// package net sets it on every connection it makes.
-			tc = nc.(*net.TCPConn)
-		}
-	}
+	qd, sent := quickDialer(d, raddr, req)
+	nc, err := qd.DialContext(actx, "tcp", raddr.String())
 	if err != nil {
 		// A full listener's reset can come so quickly that the connect
-		// itself reports it. A deadline that passed is the caller's.
-		return nil, driver.ConnectResult{}, classify(ctx, actx, refused(err), true, 0)
+		// itself reports it.
+		return nil, driver.ConnectResult{}, classify(ctx, actx, refused(err), false, 0)
 	}
+	// TCP_NODELAY (siw_tcp_nagle = false) is on already: package net
+	// sets it on every connection it makes.
+	tc := nc.(*net.TCPConn)
 	setUserTimeout(tc, d.KeepAliveConfig)
 	// A connection from a port of the caller's choosing is reset rather
 	// than closed when it fails, so that the port is free at once for
@@ -133,8 +122,8 @@ func (ia *IA) initiate(ctx, actx context.Context, d *net.Dialer, raddr *net.TCPA
 	}
 	_ = tc.SetDeadline(deadline)
 	stop := context.AfterFunc(actx, func() { _ = tc.SetDeadline(aLongTimeAgo) })
-	if !sent {
-		if _, err = tc.Write(req); err != nil {
+	if *sent < len(req) {
+		if _, err = tc.Write(req[*sent:]); err != nil {
 			err = fmt.Errorf("MPA request: %w", refused(err))
 		}
 	}
