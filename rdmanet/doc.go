@@ -198,7 +198,12 @@
 // dialer sets TCP_NODELAY only once, neither side reads its keepalive
 // options back for TCP_USER_TIMEOUT, and neither asks for its MSS before
 // a message needs it. A dialer that spun (reading its socket without
-// waiting) for the MPA Reply instead of sleeping measured no faster.
+// waiting) for the MPA Reply instead of sleeping measured no faster. The
+// iwarp dialer writes its MPA Request as soon as connect(2) has started
+// the connection, not after the poller reported the connect, a wait
+// that parked it for another thread's wake-up: 6 interleaved runs,
+// medians, 216 µs where it took 236 µs before and TCP 101 µs (2.2×
+// instead of 2.35×, 2.1-2.2× run by run).
 //
 // A dial through dup-connect (Conn.Dup, or a Dialer reusing a live
 // connection to the same address) skips only the address resolution, and
