@@ -202,7 +202,7 @@
 // iwarp dialer writes its MPA Request as soon as connect(2) has started
 // the connection, not after the poller reported the connect, a wait
 // that parked it for another thread's wake-up: 6 interleaved runs,
-// medians, 216 µs where it took 236 µs before and TCP 101 µs (2.2×
+// medians, 215 µs where it took 237 µs before and TCP 101 µs (2.2×
 // instead of 2.35×, 2.1-2.2× run by run).
 //
 // A dial through dup-connect (Conn.Dup, or a Dialer reusing a live
