@@ -53,7 +53,7 @@ func (q *QP) ConnectWith(ctx context.Context, remote net.Addr, privateData []byt
 	if err != nil {
 		return driver.ConnectResult{}, err
 	}
-	c, res, err := q.ia.initiate(ctx, actx, d, raddr, cfg, privateData)
+	c, res, err := q.ia.initiate(ctx, actx, d, !opts.Background, raddr, cfg, privateData)
 	if err = q.finishAttempt(a, c, err); err != nil {
 		return driver.ConnectResult{}, fmt.Errorf("%s: %w", prefix, err)
 	}
@@ -93,10 +93,17 @@ func (ia *IA) dialer(opts driver.ConnectOptions) (*net.Dialer, error) {
 
 // initiate runs the initiator side: TCP connect with d, MPA Request, MPA
 // Reply. ctx is the caller's context (its deadline and cancellation are
-// reported as such), actx additionally carries local aborts.
-func (ia *IA) initiate(ctx, actx context.Context, d *net.Dialer, raddr *net.TCPAddr, cfg driver.QPConfig, pdata []byte) (*connection, driver.ConnectResult, error) {
+// reported as such), actx additionally carries local aborts. quick sends
+// the Request with the connect (see quickDialer); a connection made in
+// the background (driver.ConnectOptions.Background) waits for the
+// connect as package net does, which leaves the processor to the
+// connections in use.
+func (ia *IA) initiate(ctx, actx context.Context, d *net.Dialer, quick bool, raddr *net.TCPAddr, cfg driver.QPConfig, pdata []byte) (*connection, driver.ConnectResult, error) {
 	req := ia.request(cfg, pdata)
-	qd, sent := quickDialer(d, raddr, req)
+	qd, sent := d, new(int)
+	if quick {
+		qd, sent = quickDialer(d, raddr, req)
+	}
 	nc, err := qd.DialContext(actx, "tcp", raddr.String())
 	if err != nil {
 		// A full listener's reset can come so quickly that the connect
