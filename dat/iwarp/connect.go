@@ -94,17 +94,26 @@ func (ia *IA) dialer(opts driver.ConnectOptions) (*net.Dialer, error) {
 // initiate runs the initiator side: TCP connect with d, MPA Request, MPA
 // Reply. ctx is the caller's context (its deadline and cancellation are
 // reported as such), actx additionally carries local aborts. quick sends
-// the Request with the connect (see quickDialer); a connection made in
+// the Request with the connect (see newQuickDial); a connection made in
 // the background (driver.ConnectOptions.Background) waits for the
 // connect as package net does, which leaves the processor to the
 // connections in use.
 func (ia *IA) initiate(ctx, actx context.Context, d *net.Dialer, quick bool, raddr *net.TCPAddr, cfg driver.QPConfig, pdata []byte) (*connection, driver.ConnectResult, error) {
 	req := ia.request(cfg, pdata)
-	qd, sent := d, new(int)
+	var q *quickDial
 	if quick {
-		qd, sent = quickDialer(d, raddr, req)
+		q = newQuickDial(d, raddr, req)
 	}
-	nc, err := qd.DialContext(actx, "tcp", raddr.String())
+	var nc net.Conn
+	var err error
+	sent := 0
+	if q != nil {
+		nc, err = q.d.DialContext(actx, "tcp", raddr.String())
+		sent = q.sent
+		q.free()
+	} else {
+		nc, err = d.DialContext(actx, "tcp", raddr.String())
+	}
 	if err != nil {
 		// A full listener's reset can come so quickly that the connect
 		// itself reports it.
@@ -129,8 +138,8 @@ func (ia *IA) initiate(ctx, actx context.Context, d *net.Dialer, quick bool, rad
 	}
 	_ = tc.SetDeadline(deadline)
 	stop := context.AfterFunc(actx, func() { _ = tc.SetDeadline(aLongTimeAgo) })
-	if *sent < len(req) {
-		if _, err = tc.Write(req[*sent:]); err != nil {
+	if sent < len(req) {
+		if _, err = tc.Write(req[sent:]); err != nil {
 			err = fmt.Errorf("MPA request: %w", refused(err))
 		}
 	}
