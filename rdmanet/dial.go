@@ -284,7 +284,7 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 	}
 	if tmpl != nil && !spareDial {
 		if c := s.takeSpare(ctx, key, tmpl, d); c != nil {
-			s.startSpare(key, ap, tmpl, d)
+			s.startSpare(key, ap, tmpl, d, c)
 			if !d.NoDup {
 				s.remember(key, c)
 			}
@@ -347,7 +347,7 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 		s.remember(key, c)
 	}
 	if dup {
-		s.startSpare(key, ap, tmpl, d)
+		s.startSpare(key, ap, tmpl, d, c)
 	}
 	c.logDebug("rdmanet: dialed", slog.Bool("dup", dup))
 	return c, nil
