@@ -50,13 +50,15 @@ var quickDials = sync.Pool{New: func() any {
 // seen the socket become writable: a wake-up that cost about a tenth of
 // a dial (BenchmarkDial in rdmanet), and the Request left that much
 // later. So q.d's Control hook (after the caller's own, if any) binds
-// the socket to d.LocalAddr, connects it and writes req without
-// waiting; package net's own connect then finds the socket connected
-// (EISCONN) and does not wait either. A connect still in progress
-// (another host) takes nothing yet (EAGAIN): package net's connect waits
-// for it as usual (EALREADY), and the caller writes the Request after. A
-// connect that fails at once is the Control hook's error, which
-// net.Dialer reports as a *net.OpError for "dial" as it would its own.
+// the socket to d.LocalAddr, connects it (twice: the second connect
+// finds the handshake over and marks the socket connected) and writes
+// req without waiting; package net's own connect then finds the socket
+// connected (EISCONN) and does not wait either. A connect still in
+// progress (another host) gets nothing written yet: package net's
+// connect waits for it as usual (EALREADY), and the caller writes the
+// Request after. A connect that fails at once is the Control hook's
+// error, which net.Dialer reports as a *net.OpError for "dial" as it
+// would its own.
 func newQuickDial(d *net.Dialer, raddr *net.TCPAddr, req []byte) *quickDial {
 	laddr, _ := d.LocalAddr.(*net.TCPAddr)
 	if raddr.Zone != "" || laddr != nil && (laddr.Port != 0 || laddr.Zone != "" ||
@@ -105,10 +107,28 @@ func (q *quickDial) connect(fd uintptr) {
 			return
 		}
 	}
-	switch err := syscall.Connect(s, q.sockaddr(q.raddr, &q.sa4, &q.sa6)); err {
-	case nil, syscall.EINPROGRESS, syscall.EINTR:
+	sa := q.sockaddr(q.raddr, &q.sa4, &q.sa6)
+	switch err := syscall.Connect(s, sa); err {
+	case nil:
+	case syscall.EINPROGRESS, syscall.EINTR:
 		// EINTR: the connect goes on in the background, as after
-		// EINPROGRESS (package net treats it so too).
+		// EINPROGRESS (package net treats it so too). Connect again,
+		// which on loopback, where the handshake is over, marks the
+		// socket connected before anything is sent: package net's own
+		// connect then finds it so (EISCONN). Left connecting, package
+		// net's connect would settle it, and a peer that answered the
+		// Request and reset the connection by then (a server of
+		// another protocol: its banner, then a reset for the unread
+		// Request) would fail it as a connect, its answer discarded,
+		// instead of the reading of the answer telling what it is.
+		switch err := syscall.Connect(s, sa); err {
+		case nil, syscall.EISCONN:
+		case syscall.EALREADY, syscall.EINPROGRESS, syscall.EINTR:
+			return // still connecting: package net waits, the caller writes req
+		default:
+			q.err = os.NewSyscallError("connect", err)
+			return
+		}
 	default:
 		q.err = os.NewSyscallError("connect", err)
 		return
@@ -123,11 +143,10 @@ func (q *quickDial) connect(fd uintptr) {
 		case nil:
 			q.sent = n
 		case syscall.EAGAIN:
-			// Still connecting: the caller writes req.
+			// No room: the caller writes req.
 		default:
-			// The connect failed: on loopback a refusal is known
-			// before connect returns.
-			q.err = os.NewSyscallError("connect", err)
+			// Reset already: the caller's write of req reports it,
+			// as without the quick connect.
 		}
 		return
 	}
