@@ -15,9 +15,11 @@ import (
 // dups a connection (Conn.Dup, or a Dialer dialing an address it has a
 // live connection to) is likely to do it again, so once a connection has
 // been made through dup-connect, the IA dials spares (spareDepth) to
-// that peer in the background; the next dup-connect dial with the same
-// setup takes the oldest (waiting for it if it is still being dialed,
-// which is sooner than a dial of its own) and another spare is dialed.
+// that peer in the background, once the connection that dial returned
+// has had its first exchange (see spareGate); the next dup-connect dial
+// with the same setup takes the oldest (waiting for it if it is still
+// being dialed, which is sooner than a dial of its own) and another
+// spare is dialed.
 // Programs that never dup never get one. The spare is a plain connection on the wire,
 // so any server takes it; the server accepts it when it is dialed. It
 // lives as long as the connection it was dialed from (its template):
