@@ -116,8 +116,11 @@ func (ia *IA) initiate(ctx, actx context.Context, d *net.Dialer, quick bool, rad
 	}
 	if err != nil {
 		// A full listener's reset can come so quickly that the connect
-		// itself reports it.
-		return nil, driver.ConnectResult{}, classify(ctx, actx, refused(err), false, 0)
+		// itself reports it. A deadline that passed is the caller's
+		// (the dialer has none of its own), even where the context's
+		// timer has not fired yet: the poller's fired first.
+		_, ctxBound := ctx.Deadline()
+		return nil, driver.ConnectResult{}, classify(ctx, actx, refused(err), ctxBound, 0)
 	}
 	// TCP_NODELAY (siw_tcp_nagle = false) is on already: package net
 	// sets it on every connection it makes.
