@@ -51,6 +51,10 @@ type ConnectOptions struct {
 	// net.Dialer.KeepAliveConfig: when Enable is true it applies as is
 	// (zero fields get the defaults: 15 s, 15 s, 9 probes).
 	KeepAliveConfig net.KeepAliveConfig
+	// Background says the connection is made ahead of need (a spare a
+	// consumer keeps for later): nobody waits for it yet, and the
+	// provider may favour the work of connections in use over its speed.
+	Background bool
 }
 
 // SetConnectOptions sets the options the EP's next Connect or DupConnect
@@ -84,7 +88,7 @@ func (ep *EP) connectOptionsLocked(op string) (*driver.ConnectOptions, error) {
 	if o == nil {
 		return nil, nil
 	}
-	d := &driver.ConnectOptions{Control: o.Control, KeepAlive: o.KeepAlive, KeepAliveConfig: o.KeepAliveConfig}
+	d := &driver.ConnectOptions{Control: o.Control, KeepAlive: o.KeepAlive, KeepAliveConfig: o.KeepAliveConfig, Background: o.Background}
 	if o.LocalAddr.Addr().IsValid() || o.LocalAddr.Port() != 0 {
 		a := o.LocalAddr.Addr()
 		d.LocalAddr = &net.TCPAddr{IP: a.AsSlice(), Zone: a.Zone(), Port: int(o.LocalAddr.Port())}

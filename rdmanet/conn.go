@@ -71,6 +71,9 @@ type Conn struct {
 	// failed: no spare is dialed from it any more (spare.go). Guarded by
 	// ia.mu.
 	sparesOff bool
+	// spareGate holds back the dials of the spares this Conn's dial
+	// asked for, until its first exchange (spare.go); nil once opened.
+	spareGate atomic.Pointer[spareGate]
 
 	readMu  sync.Mutex // serialises Reads
 	writeMu sync.Mutex // serialises Writes
@@ -427,6 +430,7 @@ func (c *Conn) Close() error {
 	c.finWanted = true
 	close(c.done)
 	c.mu.Unlock()
+	c.openSpares()
 	c.kick()
 	c.unholdFirst() // the FIN's message carries it
 	c.flushControl()

@@ -20,6 +20,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 		return 0, nil // as with TCP: an empty Read does not wait
 	}
 	avail, rs, err := c.awaitData()
+	c.openSpares() // its first exchange is over
 	if err != nil {
 		if err == io.EOF {
 			return 0, err
@@ -113,6 +114,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 	var total int64
 	for {
 		avail, rs, err := c.awaitData()
+		c.openSpares() // its first exchange is over
 		if err == io.EOF {
 			return total, nil
 		}

@@ -284,7 +284,7 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 	}
 	if tmpl != nil && !spareDial {
 		if c := s.takeSpare(ctx, key, tmpl, d); c != nil {
-			s.startSpare(key, ap, tmpl, d)
+			s.startSpare(key, ap, tmpl, d, c)
 			if !d.NoDup {
 				s.remember(key, c)
 			}
@@ -309,14 +309,21 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 	err = errNotConnected
 	dup := tmpl != nil
 	if dup {
-		if err = c.ep.SetConnectOptions(d.connectOptions(local, true)); err == nil {
+		o := d.connectOptions(local, true)
+		// Nobody waits for a spare: the provider need not hurry it at
+		// the expense of the connection just taken, whose first
+		// exchange its dial would otherwise meet on both ends.
+		o.Background = spareDial
+		if err = c.ep.SetConnectOptions(o); err == nil {
 			err = c.ep.DupConnectContext(ctx, tmpl.ep, hello, dat.QoSBestEffort)
 		}
 		dup = err == nil
 	}
 	if err != nil {
 		// No template, or it is no longer connected: a plain connect.
-		if err = c.ep.SetConnectOptions(d.connectOptions(local, false)); err == nil {
+		o := d.connectOptions(local, false)
+		o.Background = spareDial
+		if err = c.ep.SetConnectOptions(o); err == nil {
 			err = c.ep.ConnectContext(ctx, ap.Addr(), dat.ConnQual(ap.Port()), hello, dat.QoSBestEffort, dat.ConnectDefault)
 		}
 	}
@@ -340,7 +347,7 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 		s.remember(key, c)
 	}
 	if dup {
-		s.startSpare(key, ap, tmpl, d)
+		s.startSpare(key, ap, tmpl, d, c)
 	}
 	c.logDebug("rdmanet: dialed", slog.Bool("dup", dup))
 	return c, nil

@@ -311,3 +311,81 @@ func TestSpareGraceFollowsSetup(t *testing.T) {
 		require.Equal(t, tc.want, spareGraceFor(&Conn{setupTook: tc.took}), "dial took %v", tc.took)
 	}
 }
+
+// startedSpares counts the spares of c's peer whose dial was started.
+func startedSpares(c *Conn) int {
+	c.ia.mu.Lock()
+	defer c.ia.mu.Unlock()
+	n := 0
+	for _, sp := range c.ia.spares[c.dialKey] {
+		if sp.started.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// TestSpareHeldBack: the spares a dup-connect dial asks for are dialed
+// only once the connection it returned has had its first exchange (its
+// first Read returned), or when a dial wants one; a template closed
+// before drops spares never dialed, and nothing is left running.
+func TestSpareHeldBack(t *testing.T) {
+	forEach(t, func(t *testing.T, ia string) {
+		setHook(&testSpareWait, time.Hour) // no timer may open a gate
+		defer testSpareWait.Store(nil)
+		l, err := (&ListenConfig{IA: ia}).Listen(context.Background(), "rdma", listenAddr(ia))
+		require.NoError(t, err)
+		var served atomic.Int32
+		serve(t, l, func(c net.Conn) { served.Add(1); io.Copy(c, c); c.Close() })
+		d := &Dialer{IA: ia, Timeout: 5 * time.Second}
+		nc, err := d.Dial("rdma", l.Addr().String())
+		require.NoError(t, err)
+		tmpl := nc.(*Conn)
+
+		dup, err := tmpl.Dup(context.Background())
+		require.NoError(t, err)
+		defer dup.Close()
+		require.Equal(t, spareDepth, spareCount(tmpl))
+		time.Sleep(20 * time.Millisecond) // time for a spare's dial, were one started
+		require.Zero(t, startedSpares(tmpl), "a spare was dialed before the dup's first exchange")
+		roundTrip(t, dup, "first")
+		spares := readySpares(t, tmpl)
+
+		// A dial that wants a held spare starts it.
+		dup2, err := tmpl.Dup(context.Background())
+		require.NoError(t, err)
+		defer dup2.Close()
+		require.Same(t, spares[0], dup2)
+		dup3, err := tmpl.Dup(context.Background())
+		require.NoError(t, err)
+		defer dup3.Close()
+		require.Same(t, spares[1], dup3)
+		dup4, err := tmpl.Dup(context.Background())
+		require.NoError(t, err)
+		defer dup4.Close()
+		require.False(t, slices.Contains(spares, dup4))
+		for _, c := range []*Conn{dup2, dup3, dup4} {
+			roundTrip(t, c, "taken")
+		}
+
+		// Closing the template drops a spare whose dial is held, and
+		// that spare is never dialed.
+		readySpares(t, tmpl)
+		dup5, err := tmpl.Dup(context.Background())
+		require.NoError(t, err)
+		defer dup5.Close()
+		require.Equal(t, spareDepth, spareCount(tmpl))
+		require.Equal(t, spareDepth-1, startedSpares(tmpl))
+		var total int32
+		require.Eventually(t, func() bool {
+			total = served.Load()
+			time.Sleep(20 * time.Millisecond)
+			return served.Load() == total
+		}, 5*time.Second, time.Millisecond, "the server is still accepting")
+		require.NoError(t, tmpl.Close())
+		require.Zero(t, spareCount(tmpl))
+		time.Sleep(20 * time.Millisecond) // time for a spare's dial, were one started
+		require.Equal(t, total, served.Load(), "a spare dropped before its dial was dialed")
+		roundTrip(t, dup5, "still open")
+	})
+}

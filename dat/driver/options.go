@@ -39,6 +39,11 @@ type ConnectOptions struct {
 	// ResolveKeepAlive.
 	KeepAlive       time.Duration
 	KeepAliveConfig net.KeepAliveConfig
+	// Background says the connection is made ahead of need: nobody
+	// waits for it yet, so the provider need not hurry it at the expense
+	// of the connections in use (the iwarp provider then waits for the
+	// TCP connect before it sends its MPA Request).
+	Background bool
 }
 
 // OptionsConnector is implemented by a QP that takes ConnectOptions.

@@ -53,7 +53,7 @@ func (q *QP) ConnectWith(ctx context.Context, remote net.Addr, privateData []byt
 	if err != nil {
 		return driver.ConnectResult{}, err
 	}
-	c, res, err := q.ia.initiate(ctx, actx, d, raddr, cfg, privateData)
+	c, res, err := q.ia.initiate(ctx, actx, d, !opts.Background, raddr, cfg, privateData)
 	if err = q.finishAttempt(a, c, err); err != nil {
 		return driver.ConnectResult{}, fmt.Errorf("%s: %w", prefix, err)
 	}
@@ -93,13 +93,34 @@ func (ia *IA) dialer(opts driver.ConnectOptions) (*net.Dialer, error) {
 
 // initiate runs the initiator side: TCP connect with d, MPA Request, MPA
 // Reply. ctx is the caller's context (its deadline and cancellation are
-// reported as such), actx additionally carries local aborts.
-func (ia *IA) initiate(ctx, actx context.Context, d *net.Dialer, raddr *net.TCPAddr, cfg driver.QPConfig, pdata []byte) (*connection, driver.ConnectResult, error) {
-	nc, err := d.DialContext(actx, "tcp", raddr.String())
+// reported as such), actx additionally carries local aborts. quick sends
+// the Request with the connect (see newQuickDial); a connection made in
+// the background (driver.ConnectOptions.Background) waits for the
+// connect as package net does, which leaves the processor to the
+// connections in use.
+func (ia *IA) initiate(ctx, actx context.Context, d *net.Dialer, quick bool, raddr *net.TCPAddr, cfg driver.QPConfig, pdata []byte) (*connection, driver.ConnectResult, error) {
+	req := ia.request(cfg, pdata)
+	var q *quickDial
+	if quick {
+		q = newQuickDial(d, raddr, req)
+	}
+	var nc net.Conn
+	var err error
+	sent := 0
+	if q != nil {
+		nc, err = q.d.DialContext(actx, "tcp", raddr.String())
+		sent = q.sent
+		q.free()
+	} else {
+		nc, err = d.DialContext(actx, "tcp", raddr.String())
+	}
 	if err != nil {
 		// A full listener's reset can come so quickly that the connect
-		// itself reports it.
-		return nil, driver.ConnectResult{}, classify(ctx, actx, refused(err), false, 0)
+		// itself reports it. A deadline that passed is the caller's
+		// (the dialer has none of its own), even where the context's
+		// timer has not fired yet: the poller's fired first.
+		_, ctxBound := ctx.Deadline()
+		return nil, driver.ConnectResult{}, classify(ctx, actx, refused(err), ctxBound, 0)
 	}
 	// TCP_NODELAY (siw_tcp_nagle = false) is on already: package net
 	// sets it on every connection it makes.
@@ -120,8 +141,16 @@ func (ia *IA) initiate(ctx, actx context.Context, d *net.Dialer, raddr *net.TCPA
 	}
 	_ = tc.SetDeadline(deadline)
 	stop := context.AfterFunc(actx, func() { _ = tc.SetDeadline(aLongTimeAgo) })
-
-	info, res, err := ia.exchangeInitiator(tc, cfg, pdata)
+	if sent < len(req) {
+		if _, err = tc.Write(req[sent:]); err != nil {
+			err = fmt.Errorf("MPA request: %w", refused(err))
+		}
+	}
+	var info ConnInfo
+	var res driver.ConnectResult
+	if err == nil {
+		info, res, err = ia.exchangeInitiator(tc, cfg)
+	}
 	if !stop() && err == nil {
 		// Cancelled just as the exchange finished: the socket deadline may
 		// already be (or be about to be) expired, so the connection is
@@ -151,25 +180,30 @@ func (ia *IA) initiate(ctx, actx context.Context, d *net.Dialer, raddr *net.TCPA
 // pending socket I/O fail at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
-// exchangeInitiator sends the MPA Request and checks the Reply, in siw's
-// order (siw_proc_mpareply): frame validity, reject, markers, CRC,
-// revision/E, IRD/ORD.
-func (ia *IA) exchangeInitiator(tc *net.TCPConn, cfg driver.QPConfig, pdata []byte) (ConnInfo, driver.ConnectResult, error) {
+// request is the MPA Request of an initiator with cfg, carrying pdata.
+func (ia *IA) request(cfg driver.QPConfig, pdata []byte) []byte {
 	req := wire.MPAFrame{
 		Header:      wire.MPAHeader{Kind: wire.MPARequest, Revision: uint8(ia.opts.mpaRev)},
 		PrivateData: pdata,
 	}
-	enhanced := ia.opts.mpaRev == wire.MPARevision2
-	if enhanced {
+	if ia.opts.mpaRev == wire.MPARevision2 {
 		req.Header.Flags |= wire.MPAFlagEnhanced
 		req.V2 = wire.MPAv2{IRD: v2Limit(cfg.IRD), ORD: v2Limit(cfg.ORD)}
 	}
 	if ia.opts.requireCRC {
 		req.Header.Flags |= wire.MPAFlagCRC
 	}
-	if err := writeMPA(tc, &req); err != nil {
-		return ConnInfo{}, driver.ConnectResult{}, fmt.Errorf("MPA request: %w", refused(err))
-	}
+	// ConnectWith checked the private data's length, the only thing
+	// encoding can refuse.
+	b, _ := req.Append(make([]byte, 0, req.Len()))
+	return b
+}
+
+// exchangeInitiator reads and checks the MPA Reply to the Request the
+// initiator sent, in siw's order (siw_proc_mpareply): frame validity,
+// reject, markers, CRC, revision/E, IRD/ORD.
+func (ia *IA) exchangeInitiator(tc *net.TCPConn, cfg driver.QPConfig) (ConnInfo, driver.ConnectResult, error) {
+	enhanced := ia.opts.mpaRev == wire.MPARevision2
 	var buf [wire.MPAHeaderLen + maxWirePrivateData]byte
 	n, err := matchKey(tc, wire.MPAReply, buf[:], 0)
 	if err != nil {

@@ -85,6 +85,15 @@
 // error, which wraps syscall.ETIMEDOUT (or EHOSTUNREACH, when the peer
 // was on the same link and stopped answering neighbour discovery too).
 //
+// On Linux the initiator's socket writes the MPA Request as soon as
+// connect(2) has started the connection (from the dialer's Control hook,
+// after the consumer's), not after package net has waited for the poller
+// to report the connect: on loopback the handshake is over when connect
+// returns, and that wait cost a wake-up of another thread per dial. A
+// connect still in progress gets the Request once it is up, as before.
+// A fixed local port, an IPv6 zone or a local address of the other
+// family keep the plain dial.
+//
 // An attempt from a fixed local port that fails is reset rather than
 // closed, so that the port is free at once (no TIME_WAIT) for another
 // attempt or a plain TCP fallback.

@@ -159,6 +159,18 @@ func TestKeepAliveOptions(t *testing.T) {
 	}
 }
 
+// TestConnectBackground: a connection made in the background (Request
+// after the connect) completes, with the socket options of any other.
+func TestConnectBackground(t *testing.T) {
+	leakCheck(t)
+	tc := keepAliveCases[2] // "config"
+	p, _ := connectWith(t, driver.ConnectOptions{KeepAliveConfig: tc.cfg, Background: true},
+		driver.ListenConfig{KeepAliveConfig: tc.cfg})
+	if got, want := readSockopts(t, p.ini), tc.wantFor(readSockopts(t, p.ini)); got != want {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+}
+
 // TestKeepAliveFallback: a connection handed to Fallback gets the
 // listener's keepalive, as package net would have set it at accept
 // (admission sets it only on the connections it hands on).
