@@ -4,8 +4,6 @@ import (
 	"slices"
 	"sync/atomic"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rdmanet/rdmanet/dat"
 )
 
@@ -34,18 +32,16 @@ type region struct {
 // homeSlot holds a piece of a connection's mapping while no region uses it.
 type homeSlot struct{ free atomic.Pointer[[]byte] }
 
-var pageSize = unix.Getpagesize()
-
 func roundPage(n int) int { return (n + pageSize - 1) &^ (pageSize - 1) }
 
 func newRegion(s *sharedIA, size int, priv dat.MemPriv) (*region, error) {
-	buf, err := unix.Mmap(-1, 0, roundPage(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	buf, err := mapAnon(roundPage(size))
 	if err != nil {
 		return nil, err
 	}
 	r, err := register(s, buf, priv, nil)
 	if err != nil {
-		unix.Munmap(buf)
+		unmapAnon(buf)
 	}
 	return r, err
 }
@@ -94,7 +90,7 @@ func (r *region) free() {
 		b := r.buf
 		r.home.free.Store(&b)
 	} else {
-		unix.Munmap(r.buf)
+		unmapAnon(r.buf)
 	}
 	r.buf = nil
 }
@@ -207,7 +203,7 @@ func (m *connMemory) carve(sizes ...int) ([][]byte, error) {
 	for _, n := range sizes {
 		total += roundPage(n)
 	}
-	buf, err := unix.Mmap(-1, 0, total, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+	buf, err := mapAnon(total)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +219,7 @@ func (m *connMemory) carve(sizes ...int) ([][]byte, error) {
 // unmap releases the mapping; every region in it must be freed.
 func (m *connMemory) unmap() {
 	if m.mapping != nil {
-		unix.Munmap(m.mapping)
+		unmapAnon(m.mapping)
 		m.mapping = nil
 	}
 }

@@ -31,7 +31,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/rdmanet/rdmanet/rdmanet"
@@ -245,13 +244,4 @@ func measure() usage {
 		}
 	}
 	return u
-}
-
-// raiseFileLimit lifts the soft limit on open files to the hard one.
-func raiseFileLimit() {
-	var l syscall.Rlimit
-	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
-		l.Cur = l.Max
-		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
-	}
 }

@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"sync"
-	"syscall"
 )
 
 // stdio imitates C's stdout, which rping writes with printf: line-buffered
@@ -23,13 +22,12 @@ type stdio struct {
 func newStdio(w io.Writer) *stdio {
 	size, line := 4096, false
 	if f, ok := w.(*os.File); ok {
-		var st syscall.Stat_t
-		if err := syscall.Fstat(int(f.Fd()), &st); err == nil {
-			if st.Mode&syscall.S_IFMT == syscall.S_IFCHR {
+		if fi, err := f.Stat(); err == nil {
+			if fi.Mode()&os.ModeCharDevice != 0 {
 				line = true // a terminal (or /dev/null, which does not care)
 			}
-			if st.Blksize > 0 {
-				size = int(st.Blksize)
+			if n := blockSize(fi); n > 0 {
+				size = n
 			}
 		}
 	}
