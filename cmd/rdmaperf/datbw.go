@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"time"
@@ -15,7 +16,10 @@ import (
 // from the first timed post to the completion of the last Write (on an RC
 // connection that means the data is placed). Small Sends mark the start
 // and end of the timed Writes for the server, which answers the end with
-// a Send of its own before the client disconnects.
+// a Send of its own before the client disconnects. The end mark carries
+// the client's timed span (nanoseconds, big-endian): a server that was not
+// scheduled while the Writes ran sees both marks at once, and reports
+// the longer of its own span and the client's.
 
 // Cookies of the control Sends and receives.
 const (
@@ -72,6 +76,7 @@ func writeBW(e *datEnd, addr netip.AddrPort, p params, depth int, rep *report) e
 	}
 	rep.elapsed = time.Since(t0)
 	rep.bytes = int64(p.iters) * int64(p.size)
+	binary.BigEndian.PutUint64(ctl.buf[ctrlLen:2*ctrlLen], uint64(rep.elapsed))
 	if err := send(cookieDone); err != nil {
 		return err
 	}
@@ -150,7 +155,7 @@ func serveWriteBW(e *datEnd, cr *dat.CR, p params, rep *report) error {
 			t0 = time.Now()
 		}
 	}
-	rep.elapsed = time.Since(t0)
+	rep.elapsed = max(time.Since(t0), time.Duration(binary.BigEndian.Uint64(ctl.buf[ctrlLen:2*ctrlLen])))
 	rep.bytes = int64(p.iters) * int64(p.size)
 	if err := e.ep.PostSend(ctl.iov(2*ctrlLen, ctrlLen), cookieAck, dat.CompletionSuppress); err != nil {
 		return err
