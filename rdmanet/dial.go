@@ -306,24 +306,25 @@ func (d *Dialer) dialAddr(ctx context.Context, ap netip.AddrPort, local *Addr, t
 	// The connection is made in this goroutine (ConnectContext), which
 	// would only wait for it otherwise: its outcome is on the EVD when
 	// the call returns, and awaitSetup applies it without sleeping.
-	err = errNotConnected
-	dup := tmpl != nil
-	if dup {
-		o := d.connectOptions(local, true)
+	options := func(dup bool) *dat.ConnectOptions {
+		o := d.connectOptions(local, dup)
 		// Nobody waits for a spare: the provider need not hurry it at
 		// the expense of the connection just taken, whose first
 		// exchange its dial would otherwise meet on both ends.
 		o.Background = spareDial
-		if err = c.ep.SetConnectOptions(o); err == nil {
+		return o
+	}
+	err = errNotConnected
+	dup := tmpl != nil
+	if dup {
+		if err = c.ep.SetConnectOptions(options(true)); err == nil {
 			err = c.ep.DupConnectContext(ctx, tmpl.ep, hello, dat.QoSBestEffort)
 		}
 		dup = err == nil
 	}
 	if err != nil {
 		// No template, or it is no longer connected: a plain connect.
-		o := d.connectOptions(local, false)
-		o.Background = spareDial
-		if err = c.ep.SetConnectOptions(o); err == nil {
+		if err = c.ep.SetConnectOptions(options(false)); err == nil {
 			err = c.ep.ConnectContext(ctx, ap.Addr(), dat.ConnQual(ap.Port()), hello, dat.QoSBestEffort, dat.ConnectDefault)
 		}
 	}
